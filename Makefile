@@ -1,0 +1,41 @@
+# cached-apiserver developer entry points. `make run` and `make test` are the
+# README's two commands.
+SHELL := /usr/bin/env bash
+GO ?= go
+BIN := bin
+# Tests start real etcd and servers; two cores want few packages at once.
+TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
+
+.PHONY: all build run test test-unit test-race test-integration generate verify bench clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/cached-apiserver ./cmd/cached-apiserver
+
+run: build
+	$(BIN)/cached-apiserver
+
+## test: every unit and integration test, with -race on the watch cache.
+test: test-unit test-race test-integration
+
+test-unit:
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/integration -e /pkg/storage/cacher)
+
+test-race:
+	$(GO) test $(TEST_FLAGS) -race ./pkg/storage/cacher/...
+
+test-integration:
+	$(GO) test $(TEST_FLAGS) ./test/integration/...
+
+generate:
+	hack/update-codegen.sh
+
+verify:
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/generated/')); \
+	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	hack/verify-codegen.sh
+
+clean:
+	rm -rf $(BIN) .cached-apiserver

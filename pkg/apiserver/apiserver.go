@@ -1,0 +1,85 @@
+// Package apiserver assembles the fleet.example.com API server from a
+// generic server config.
+package apiserver
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
+	"github.com/cached-apiserver/cached-apiserver/pkg/registry/fleet/agent"
+	"github.com/cached-apiserver/cached-apiserver/pkg/registry/fleet/assignment"
+)
+
+// ExtraConfig is what the fleet server needs beyond the generic config.
+type ExtraConfig struct {
+	// StorageDecorator wraps each resource's etcd3 storage; see StorageDecorator.
+	StorageDecorator generic.StorageDecorator
+}
+
+// Config is the full server config.
+type Config struct {
+	GenericConfig *genericapiserver.RecommendedConfig
+	ExtraConfig   ExtraConfig
+}
+
+// Server is the running fleet API server.
+type Server struct {
+	GenericAPIServer *genericapiserver.GenericAPIServer
+}
+
+type completedConfig struct {
+	GenericConfig genericapiserver.CompletedConfig
+	ExtraConfig   *ExtraConfig
+}
+
+// CompletedConfig is a Config with defaults filled in; only Complete makes one.
+type CompletedConfig struct {
+	*completedConfig
+}
+
+// Complete fills in defaults. It mutates the receiver.
+func (cfg *Config) Complete() CompletedConfig {
+	if cfg.ExtraConfig.StorageDecorator == nil {
+		cfg.ExtraConfig.StorageDecorator = StorageDecorator(true)
+	}
+	return CompletedConfig{&completedConfig{cfg.GenericConfig.Complete(), &cfg.ExtraConfig}}
+}
+
+// New builds the server and installs fleet.example.com in both versions.
+func (c completedConfig) New() (*Server, error) {
+	genericServer, err := c.GenericConfig.New("cached-apiserver", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{GenericAPIServer: genericServer}
+
+	optsGetter := withDecorator{delegate: c.GenericConfig.RESTOptionsGetter, decorator: c.ExtraConfig.StorageDecorator}
+	assignments, err := assignment.NewStorage(Scheme, optsGetter)
+	if err != nil {
+		return nil, fmt.Errorf("assignment storage: %w", err)
+	}
+	agents, err := agent.NewStorage(Scheme, optsGetter)
+	if err != nil {
+		return nil, fmt.Errorf("agent storage: %w", err)
+	}
+	resources := map[string]rest.Storage{
+		"assignments":        assignments.Assignment,
+		"assignments/status": assignments.Status,
+		"agents":             agents.Agent,
+		"agents/status":      agents.Status,
+	}
+
+	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(fleet.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	apiGroupInfo.NegotiatedSerializer = withoutProtobuf{Codecs}
+	apiGroupInfo.VersionedResourcesStorageMap["v1beta1"] = resources
+	apiGroupInfo.VersionedResourcesStorageMap["v1alpha1"] = resources
+	if err := s.GenericAPIServer.InstallAPIGroup(&apiGroupInfo); err != nil {
+		return nil, err
+	}
+	return s, nil
+}

@@ -1,0 +1,120 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/klog/v2"
+)
+
+// EmbeddedEtcdOptions configures the etcd the server starts when no
+// --etcd-servers are given.
+type EmbeddedEtcdOptions struct {
+	// ClientPort is the loopback port etcd serves clients on; 0 picks a free one.
+	ClientPort int
+	// QuotaBackendBytes is etcd's backend size quota. When the database
+	// reaches it, etcd raises a NOSPACE alarm and refuses writes until it is
+	// compacted and defragmented. 2 GiB is etcd's own default and fits a
+	// developer machine; a production cluster should run external etcd.
+	QuotaBackendBytes int64
+	// ProgressNotifyInterval is how often etcd tells idle watches its current
+	// revision, so that an idle resource's resourceVersion still advances for
+	// bookmarks and consistent reads.
+	ProgressNotifyInterval time.Duration
+	// LogLevel is the embedded etcd's log level.
+	LogLevel string
+}
+
+// NewEmbeddedEtcdOptions returns the defaults.
+func NewEmbeddedEtcdOptions() *EmbeddedEtcdOptions {
+	return &EmbeddedEtcdOptions{
+		QuotaBackendBytes:      2 << 30,
+		ProgressNotifyInterval: 5 * time.Second,
+		LogLevel:               "error",
+	}
+}
+
+// AddFlags registers the embedded etcd flags.
+func (o *EmbeddedEtcdOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.IntVar(&o.ClientPort, "embedded-etcd-port", o.ClientPort,
+		"Loopback port of the embedded etcd's client listener; 0 picks a free port. Ignored with --etcd-servers.")
+	fs.Int64Var(&o.QuotaBackendBytes, "embedded-etcd-quota-backend-bytes", o.QuotaBackendBytes,
+		"Backend size quota of the embedded etcd. Writes fail with NOSPACE past it.")
+	fs.DurationVar(&o.ProgressNotifyInterval, "embedded-etcd-progress-notify-interval", o.ProgressNotifyInterval,
+		"How often the embedded etcd sends progress notifications to idle watches.")
+	fs.StringVar(&o.LogLevel, "embedded-etcd-log-level", o.LogLevel, "Log level of the embedded etcd.")
+}
+
+// Validate checks the options.
+func (o *EmbeddedEtcdOptions) Validate() []error {
+	var errs []error
+	if o.ClientPort < 0 || o.ClientPort > 65535 {
+		errs = append(errs, fmt.Errorf("--embedded-etcd-port must be between 0 and 65535"))
+	}
+	if o.QuotaBackendBytes <= 0 {
+		errs = append(errs, fmt.Errorf("--embedded-etcd-quota-backend-bytes must be positive"))
+	}
+	if o.ProgressNotifyInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--embedded-etcd-progress-notify-interval must be positive"))
+	}
+	return errs
+}
+
+// start runs etcd with its data in dataDir/etcd and returns it once it
+// serves. The caller closes it after the API server has shut down.
+func (o *EmbeddedEtcdOptions) start(dataDir string) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = "cached-apiserver"
+	cfg.Dir = filepath.Join(dataDir, "etcd")
+	cfg.LogLevel = o.LogLevel
+	cfg.QuotaBackendBytes = o.QuotaBackendBytes
+	cfg.WatchProgressNotifyInterval = o.ProgressNotifyInterval
+	// The API server compacts (--etcd-compaction-interval), as it does with any etcd.
+	cfg.AutoCompactionRetention = "0"
+
+	clientPort := o.ClientPort
+	var err error
+	if clientPort == 0 {
+		if clientPort, err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	clientURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))}
+	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("starting embedded etcd in %s: %w", cfg.Dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(time.Minute):
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd in %s did not become ready within a minute", cfg.Dir)
+	}
+	klog.InfoS("Embedded etcd is serving", "endpoint", clientURL.String(), "dataDir", cfg.Dir)
+	return e, nil
+}
+
+// freePort asks the kernel for a free loopback port.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

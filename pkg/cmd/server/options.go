@@ -1,0 +1,314 @@
+// Package server holds the cached-apiserver command: its options and the
+// Complete → Validate → Config → Run steps.
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strconv"
+
+	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	netutils "k8s.io/utils/net"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
+	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
+	"github.com/cached-apiserver/cached-apiserver/pkg/apiserver"
+	fleetopenapi "github.com/cached-apiserver/cached-apiserver/pkg/generated/openapi"
+)
+
+// The modes the server runs in.
+const (
+	// ModeStandalone needs no kube-apiserver: it issues its own certificates
+	// and authorizes client certificates in system:masters.
+	ModeStandalone = "standalone"
+	// ModeAggregated runs behind the kube-aggregator with delegated
+	// authentication and authorization, as sample-apiserver does.
+	ModeAggregated = "aggregated"
+)
+
+const (
+	etcdPathPrefix   = "/registry/" + fleet.GroupName
+	defaultDataDir   = ".cached-apiserver"
+	defaultPort      = 8443
+	kubeconfigName   = "kubeconfig"
+	standaloneBindIP = "127.0.0.1"
+)
+
+// Options is everything the command line sets.
+type Options struct {
+	// Recommended are the generic apiserver options (etcd, serving, delegated auth, admission…).
+	Recommended *genericoptions.RecommendedOptions
+	// ServerRun are limits and shutdown behaviour: max-in-flight, request size, watch termination grace.
+	ServerRun *genericoptions.ServerRunOptions
+	// EmbeddedEtcd configures the etcd started when --etcd-servers is empty.
+	EmbeddedEtcd *EmbeddedEtcdOptions
+	// Mode is ModeStandalone or ModeAggregated.
+	Mode string
+	// DataDir holds the embedded etcd's data, and in standalone mode the certificates and kubeconfig.
+	DataDir string
+
+	// Out receives the startup banner.
+	Out io.Writer
+
+	flags *pflag.FlagSet
+}
+
+// NewOptions returns the defaults.
+func NewOptions(out io.Writer) *Options {
+	o := &Options{
+		Recommended: genericoptions.NewRecommendedOptions(etcdPathPrefix,
+			apiserver.Codecs.LegacyCodec(v1beta1.SchemeGroupVersion)),
+		ServerRun:    genericoptions.NewServerRunOptions(),
+		EmbeddedEtcd: NewEmbeddedEtcdOptions(),
+		Mode:         ModeStandalone,
+		DataDir:      defaultDataDir,
+		Out:          out,
+	}
+	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
+		v1beta1.SchemeGroupVersion, schema.GroupKind{Group: fleet.GroupName})
+	o.Recommended.SecureServing.BindPort = defaultPort
+	return o
+}
+
+// AddFlags registers every flag.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.flags = fs
+	fs.StringVar(&o.Mode, "mode", o.Mode, "standalone: no kube-apiserver needed; own certificates, client-certificate "+
+		"authentication, system:masters authorized. aggregated: behind the kube-aggregator with delegated "+
+		"authentication and authorization.")
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the embedded etcd's data and, in standalone mode, "+
+		"the certificates and the kubeconfig.")
+	o.Recommended.AddFlags(fs)
+	o.ServerRun.AddUniversalFlags(fs)
+	o.EmbeddedEtcd.AddFlags(fs)
+}
+
+// Complete fills in what depends on other options.
+func (o *Options) Complete() error {
+	if err := o.ServerRun.ComponentGlobalsRegistry.Set(); err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(o.DataDir)
+	if err != nil {
+		return err
+	}
+	o.DataDir = dir
+	if o.Mode != ModeStandalone {
+		return o.ServerRun.Complete()
+	}
+	// Standalone mode serves developers on this machine only, unless told otherwise.
+	if o.flags == nil || !o.flags.Changed("bind-address") {
+		o.Recommended.SecureServing.BindAddress = netutils.ParseIPSloppy(standaloneBindIP)
+	}
+	// These need a kube-apiserver, which standalone mode does not have.
+	// Max-in-flight limits (ServerRun) stay on in their place.
+	o.Recommended.Authentication = nil
+	o.Recommended.Authorization = nil
+	o.Recommended.CoreAPI = nil
+	o.Recommended.Admission = nil
+	o.Recommended.Features.EnablePriorityAndFairness = false
+	return o.ServerRun.Complete()
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Mode != ModeStandalone && o.Mode != ModeAggregated {
+		errs = append(errs, fmt.Errorf("--mode must be %q or %q, not %q", ModeStandalone, ModeAggregated, o.Mode))
+	}
+	if o.embedded() {
+		// The embedded etcd's endpoint is known only once it runs; validate
+		// the rest of the etcd options against a stand-in.
+		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{"http://127.0.0.1:2379"}
+		defer func() { o.Recommended.Etcd.StorageConfig.Transport.ServerList = nil }()
+	}
+	errs = append(errs, o.Recommended.Validate()...)
+	errs = append(errs, o.ServerRun.Validate()...)
+	errs = append(errs, o.EmbeddedEtcd.Validate()...)
+	return utilerrors.NewAggregate(errs)
+}
+
+func (o *Options) embedded() bool { return len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0 }
+
+func (o *Options) pki() pki { return pki{dir: filepath.Join(o.DataDir, "pki")} }
+
+// KubeconfigPath is where standalone mode writes the admin kubeconfig.
+func (o *Options) KubeconfigPath() string { return filepath.Join(o.DataDir, kubeconfigName) }
+
+// Config builds the server config. The etcd endpoints must be known.
+func (o *Options) Config() (*apiserver.Config, error) {
+	standalone := o.Mode == ModeStandalone
+	if standalone {
+		if err := o.pki().ensure([]string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}); err != nil {
+			return nil, fmt.Errorf("creating certificates in %s: %w", o.pki().dir, err)
+		}
+		cert := &o.Recommended.SecureServing.ServerCert.CertKey
+		if cert.CertFile == "" {
+			cert.CertFile, cert.KeyFile = o.pki().path(servingCert), o.pki().path(servingKey)
+		}
+	} else if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil,
+		[]net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
+		return nil, fmt.Errorf("creating self-signed certificates: %w", err)
+	}
+
+	serverConfig := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
+	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(fleetopenapi.GetOpenAPIDefinitions, namer)
+	serverConfig.OpenAPIConfig.Info.Title = "cached-apiserver"
+	serverConfig.OpenAPIConfig.Info.Version = "v1beta1"
+	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(fleetopenapi.GetOpenAPIDefinitions, namer)
+	serverConfig.OpenAPIV3Config.Info.Title = "cached-apiserver"
+	serverConfig.OpenAPIV3Config.Info.Version = "v1beta1"
+
+	// ServerRun first: the feature options read the max-in-flight limits it sets.
+	if err := o.ServerRun.ApplyTo(&serverConfig.Config); err != nil {
+		return nil, err
+	}
+	if err := o.Recommended.ApplyTo(serverConfig); err != nil {
+		return nil, err
+	}
+	if standalone {
+		if err := o.applyStandaloneAuth(&serverConfig.Config); err != nil {
+			return nil, err
+		}
+	}
+	return &apiserver.Config{
+		GenericConfig: serverConfig,
+		ExtraConfig: apiserver.ExtraConfig{
+			StorageDecorator: apiserver.StorageDecorator(o.Recommended.Etcd.EnableWatchCache),
+		},
+	}, nil
+}
+
+// applyStandaloneAuth authenticates client certificates signed by our CA and
+// authorizes system:masters. Anonymous requests get 401; other users get 403.
+func (o *Options) applyStandaloneAuth(c *genericapiserver.Config) error {
+	ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", o.pki().path(caCertFile))
+	if err != nil {
+		return err
+	}
+	if err := c.Authentication.ApplyClientCert(ca, c.SecureServing); err != nil {
+		return err
+	}
+	c.Authentication.Authenticator = x509.NewDynamic(ca.VerifyOptions, x509.CommonNameUserConversion)
+	c.Authorization.Authorizer = authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)
+	return nil
+}
+
+// Instance is a configured server, ready to run.
+type Instance struct {
+	// URL is where the server serves, with the real port.
+	URL string
+	// Kubeconfig is the admin kubeconfig's path; empty in aggregated mode.
+	Kubeconfig string
+
+	server *apiserver.Server
+	etcd   *embed.Etcd
+}
+
+// NewInstance completes, validates and builds the server, starting the
+// embedded etcd if no --etcd-servers were given.
+func (o *Options) NewInstance() (*Instance, error) {
+	if err := o.Complete(); err != nil {
+		return nil, err
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	inst := &Instance{}
+	if o.embedded() {
+		e, err := o.EmbeddedEtcd.start(o.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		inst.etcd = e
+		// The listener address lacks a scheme; etcd's client wants a URL.
+		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{"http://" + e.Clients[0].Addr().String()}
+	}
+	cfg, err := o.Config()
+	if err != nil {
+		inst.closeEtcd()
+		return nil, err
+	}
+	addr := cfg.GenericConfig.SecureServing.Listener.Addr().(*net.TCPAddr)
+	host := addr.IP.String()
+	if addr.IP.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	inst.URL = (&url.URL{Scheme: "https", Host: net.JoinHostPort(host, strconv.Itoa(addr.Port))}).String()
+	if o.Mode == ModeStandalone {
+		inst.Kubeconfig = o.KubeconfigPath()
+		if err := o.pki().writeKubeconfig(inst.Kubeconfig, inst.URL); err != nil {
+			inst.closeEtcd()
+			return nil, fmt.Errorf("writing kubeconfig: %w", err)
+		}
+	}
+	srv, err := cfg.Complete().New()
+	if err != nil {
+		inst.closeEtcd()
+		return nil, err
+	}
+	inst.server = srv
+	out := o.Out
+	srv.GenericAPIServer.AddPostStartHookOrDie("cached-apiserver-banner", func(genericapiserver.PostStartHookContext) error {
+		if out != nil {
+			inst.printBanner(out)
+		}
+		return nil
+	})
+	if informers := cfg.GenericConfig.SharedInformerFactory; informers != nil {
+		srv.GenericAPIServer.AddPostStartHookOrDie("start-cached-apiserver-informers", func(ctx genericapiserver.PostStartHookContext) error {
+			informers.Start(ctx.Done())
+			return nil
+		})
+	}
+	return inst, nil
+}
+
+// Run serves until ctx is done, lets open watches drain for the termination
+// grace period, then stops the embedded etcd.
+func (i *Instance) Run(ctx context.Context) error {
+	defer i.closeEtcd()
+	return i.server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}
+
+func (i *Instance) closeEtcd() {
+	if i.etcd != nil {
+		i.etcd.Close()
+		i.etcd = nil
+	}
+}
+
+func (i *Instance) printBanner(out io.Writer) {
+	fmt.Fprintf(out, "\ncached-apiserver is serving fleet.example.com on %s\n", i.URL)
+	if i.Kubeconfig == "" {
+		return
+	}
+	fmt.Fprintf(out, "  kubeconfig: %s\n  try:        kubectl --kubeconfig %s get assignments -A\n\n",
+		i.Kubeconfig, i.Kubeconfig)
+}
+
+// Run is the whole command: parse nothing, build the instance and serve.
+func (o *Options) Run(ctx context.Context) error {
+	inst, err := o.NewInstance()
+	if err != nil {
+		return err
+	}
+	return inst.Run(ctx)
+}
+

@@ -143,7 +143,9 @@ func (o *Options) Validate() error {
 	return utilerrors.NewAggregate(errs)
 }
 
-func (o *Options) embedded() bool { return len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0 }
+func (o *Options) embedded() bool {
+	return len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0
+}
 
 func (o *Options) pki() pki { return pki{dir: filepath.Join(o.DataDir, "pki")} }
 
@@ -311,4 +313,3 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	return inst.Run(ctx)
 }
-

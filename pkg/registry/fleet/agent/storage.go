@@ -11,8 +11,8 @@ import (
 
 // Storage is the Agent resource and its status subresource.
 type Storage struct {
-	Agent *registry.REST
-	Status     *registry.StatusREST
+	Agent  *registry.REST
+	Status *registry.StatusREST
 }
 
 // NewStorage builds Agent storage over the given REST options.
@@ -43,7 +43,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (S
 	statusStore.UpdateStrategy = NewStatusStrategy(s)
 	statusStore.ResetFieldsStrategy = NewStatusStrategy(s)
 	return Storage{
-		Agent: registry.NewREST(store, "agt"),
-		Status:     registry.NewStatusREST(&statusStore),
+		Agent:  registry.NewREST(store, "agt"),
+		Status: registry.NewStatusREST(&statusStore),
 	}, nil
 }

@@ -1,8 +1,8 @@
 package agent
 
 import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
 	"github.com/cached-apiserver/cached-apiserver/pkg/registry/table"

@@ -218,6 +218,8 @@ type Instance struct {
 	URL string
 	// Kubeconfig is the admin kubeconfig's path; empty in aggregated mode.
 	Kubeconfig string
+	// EtcdEndpoints are the etcd client URLs the server stores in.
+	EtcdEndpoints []string
 
 	server *apiserver.Server
 	etcd   *embed.Etcd
@@ -242,6 +244,7 @@ func (o *Options) NewInstance() (*Instance, error) {
 		// The listener address lacks a scheme; etcd's client wants a URL.
 		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{"http://" + e.Clients[0].Addr().String()}
 	}
+	inst.EtcdEndpoints = o.Recommended.Etcd.StorageConfig.Transport.ServerList
 	cfg, err := o.Config()
 	if err != nil {
 		inst.closeEtcd()

@@ -1,0 +1,314 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/klog/v2"
+)
+
+// Cacher is a storage.Interface that serves reads and watches from memory
+// and passes writes to the store it wraps. It keeps one watch on that store,
+// however many clients watch.
+type Cacher struct {
+	cfg   Config
+	store *store
+	log   *eventLog
+	d     *dispatcher
+	ready *readiness
+
+	stop context.CancelFunc
+	// done is closed when the ingest loop has exited.
+	done chan struct{}
+}
+
+var _ storage.Interface = &Cacher{}
+
+// New starts a cache over cfg.Storage. It becomes ready once its first list
+// completes; until then reads and watches get 429.
+//
+//	c, err := cacher.New(cacher.Config{
+//		Storage: etcdStore, ResourcePrefix: "/assignments",
+//		KeyFunc: keyFunc, NewFunc: newFunc, NewListFunc: newListFunc,
+//		GetAttrsFunc: getAttrs,
+//	})
+//	defer c.Stop()
+func New(cfg Config) (*Cacher, error) {
+	if err := cfg.complete(); err != nil {
+		return nil, err
+	}
+	c := &Cacher{cfg: cfg, ready: newReadiness(), done: make(chan struct{})}
+	c.store = newStore(c.indexFuncs())
+	c.log = newEventLog(cfg.HistoryWindow, cfg.MinHistorySize, cfg.MaxHistorySize)
+	c.d = newDispatcher(c.store, c.log, cfg.Versioner, cfg.NewFunc, cfg.Clock, cfg.BookmarkFrequency)
+	if err := cfg.Storage.EnableResourceSizeEstimation(c.keys); err != nil {
+		return nil, fmt.Errorf("enabling size estimation for %s: %w", cfg.GroupResource, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stop = cancel
+	go c.run(ctx)
+	go c.tick(ctx)
+	return c, nil
+}
+
+// Stop ends the ingest loop and every watcher. It is safe to call twice.
+func (c *Cacher) Stop() {
+	c.stop()
+	<-c.done
+	c.ready.set(stoppedState)
+	c.d.mu.Lock()
+	c.d.endAllLocked()
+	c.d.mu.Unlock()
+}
+
+// tick sends bookmarks every second and, if configured, asks etcd for progress.
+func (c *Cacher) tick(ctx context.Context) {
+	bookmarks := c.cfg.Clock.NewTicker(bookmarkTick)
+	defer bookmarks.Stop()
+	var progress <-chan time.Time
+	if c.cfg.PeriodicProgressRequests {
+		t := c.cfg.Clock.NewTicker(c.cfg.ProgressRequestInterval)
+		defer t.Stop()
+		progress = t.C()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-bookmarks.C():
+			c.d.sendBookmarks(now)
+		case <-progress:
+			c.requestProgress()
+		}
+	}
+}
+
+func (c *Cacher) requestProgress() {
+	if err := c.cfg.Storage.RequestWatchProgress(context.Background()); err != nil {
+		klog.V(4).InfoS("Requesting watch progress failed", "resource", c.cfg.GroupResource, "err", err)
+	}
+}
+
+// keys lists the cached keys once the cache is as fresh as etcd, for
+// etcd3's object size estimation.
+func (c *Cacher) keys(ctx context.Context) ([]string, error) {
+	if err := c.waitConsistent(ctx); err != nil {
+		return nil, err
+	}
+	return c.store.keys(), nil
+}
+
+// waitConsistent waits until the cache holds etcd's current revision.
+func (c *Cacher) waitConsistent(ctx context.Context) error {
+	rv, err := c.cfg.Storage.GetCurrentResourceVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if err := c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
+		if storage.IsTooLargeResourceVersion(err) {
+			return apierrors.NewTooManyRequests(fmt.Sprintf(
+				"the watch cache for %s is not yet at the current resourceVersion %d; retry shortly",
+				c.cfg.GroupResource, rv), 1)
+		}
+		return err
+	}
+	return nil
+}
+
+// what names the resource in errors.
+func (c *Cacher) what() string { return c.cfg.GroupResource.String() }
+
+func (c *Cacher) parseRV(rv string) (uint64, error) {
+	if rv == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		return 0, apierrors.NewBadRequest(fmt.Sprintf("invalid resourceVersion %q: it must be a non-negative integer", rv))
+	}
+	return n, nil
+}
+
+// Versioner implements storage.Interface.
+func (c *Cacher) Versioner() storage.Versioner { return c.cfg.Storage.Versioner() }
+
+// Create implements storage.Interface.
+func (c *Cacher) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
+	return c.cfg.Storage.Create(ctx, key, obj, out, ttl)
+}
+
+// Delete implements storage.Interface, offering the cached object as the
+// suggestion. etcd3 retries with a fresh read if it is stale.
+func (c *Cacher) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
+	validateDeletion storage.ValidateObjectFunc, cachedExistingObject runtime.Object, opts storage.DeleteOptions) error {
+	if cachedExistingObject == nil {
+		cachedExistingObject = c.suggestion(key)
+	}
+	return c.cfg.Storage.Delete(ctx, key, out, preconditions, validateDeletion, cachedExistingObject, opts)
+}
+
+// GuaranteedUpdate implements storage.Interface, offering the cached object
+// as the suggestion. The copy is deep: tryUpdate may mutate it.
+func (c *Cacher) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
+	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, cachedExistingObject runtime.Object) error {
+	if cachedExistingObject == nil {
+		cachedExistingObject = c.suggestion(key)
+	}
+	return c.cfg.Storage.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate, cachedExistingObject)
+}
+
+func (c *Cacher) suggestion(key string) runtime.Object {
+	if s, _ := c.ready.get(); s != ready {
+		return nil
+	}
+	if o, ok := c.store.get(key); ok {
+		return o.obj.DeepCopyObject()
+	}
+	return nil
+}
+
+// Stats implements storage.Interface. etcd3 answers from its size
+// estimator, which reads keys from this cache.
+func (c *Cacher) Stats(ctx context.Context) (storage.Stats, error) { return c.cfg.Storage.Stats(ctx) }
+
+// ReadinessCheck implements storage.Interface.
+func (c *Cacher) ReadinessCheck() error { return c.ready.check(c.what()) }
+
+// RequestWatchProgress implements storage.Interface.
+func (c *Cacher) RequestWatchProgress(ctx context.Context) error {
+	return c.cfg.Storage.RequestWatchProgress(ctx)
+}
+
+// GetCurrentResourceVersion implements storage.Interface.
+func (c *Cacher) GetCurrentResourceVersion(ctx context.Context) (uint64, error) {
+	return c.cfg.Storage.GetCurrentResourceVersion(ctx)
+}
+
+// EnableResourceSizeEstimation implements storage.Interface. New already
+// enabled it with the cache's keys.
+func (c *Cacher) EnableResourceSizeEstimation(keys storage.KeysFunc) error {
+	return c.cfg.Storage.EnableResourceSizeEstimation(keys)
+}
+
+// CompactRevision implements storage.Interface.
+func (c *Cacher) CompactRevision() int64 { return c.cfg.Storage.CompactRevision() }
+
+// Watch implements storage.Interface with the semantics of the Kubernetes
+// API; see the package documentation.
+func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	rv, err := c.parseRV(opts.ResourceVersion)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ready.check(c.what()); err != nil {
+		if c.cfg.ConsistentReadFallback {
+			return c.cfg.Storage.Watch(ctx, key, opts)
+		}
+		return nil, err
+	}
+	key = normalizeKey(key, opts.Recursive)
+	w := &watcher{
+		d: c.d, key: key, recursive: opts.Recursive, pred: opts.Predicate,
+		ch: make(chan watch.Event, c.cfg.WatcherBuffer), done: make(chan struct{}),
+	}
+	if c.cfg.TriggerField != "" && opts.Predicate.Field != nil {
+		w.trigger, w.hasTrigger = opts.Predicate.Field.RequiresExactMatch(c.cfg.TriggerField)
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		w.deadline = deadline
+	}
+
+	var withInit, endBookmark, atHead bool
+	switch initial := opts.SendInitialEvents; {
+	case initial != nil && *initial:
+		// Watch-list: a state, then the stream.
+		withInit, endBookmark = true, opts.Predicate.AllowWatchBookmarks
+		if opts.ResourceVersion == "" {
+			err = c.waitConsistent(ctx)
+		} else if rv > 0 {
+			err = c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress)
+		}
+		if err != nil {
+			return nil, err
+		}
+	case initial == nil && rv == 0:
+		// Legacy "0" or unset: the current state as ADDED, then the stream.
+		withInit = true
+	case rv == 0:
+		// sendInitialEvents=false with no resourceVersion: from now on.
+		atHead = true
+	}
+	wi, err := c.d.register(w, withInit, endBookmark, atHead, rv)
+	if err != nil {
+		return nil, err
+	}
+	if wi == watch.Interface(w) {
+		unhook := context.AfterFunc(ctx, w.Stop)
+		w.unhookCtx.Store(&unhook)
+	}
+	return wi, nil
+}
+
+// normalizeKey ends a recursive key with a slash, as etcd3 does, so that
+// /pods/ns does not match /pods/ns2.
+func normalizeKey(key string, recursive bool) string {
+	if recursive && !strings.HasSuffix(key, "/") {
+		return key + "/"
+	}
+	return key
+}
+
+// Get implements storage.Interface.
+//
+//   - resourceVersion unset: a consistent read, from etcd. One key costs etcd
+//     what the revision read of a cached consistent read would.
+//   - "0": whatever the cache holds.
+//   - N: the cache's state once it has reached N, waiting up to
+//     FreshnessTimeout, then 504 with the ResourceVersionTooLarge cause.
+func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
+	if opts.ResourceVersion == "" {
+		return c.cfg.Storage.Get(ctx, key, opts, objPtr)
+	}
+	rv, err := c.parseRV(opts.ResourceVersion)
+	if err != nil {
+		return err
+	}
+	if err := c.ready.check(c.what()); err != nil {
+		if c.cfg.ConsistentReadFallback {
+			return c.cfg.Storage.Get(ctx, key, opts, objPtr)
+		}
+		return err
+	}
+	if rv > 0 {
+		if err := c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
+			return err
+		}
+	}
+	o, ok := c.store.get(key)
+	if !ok {
+		if opts.IgnoreNotFound {
+			return runtime.SetZeroValue(objPtr)
+		}
+		_, head := c.log.bounds()
+		return storage.NewKeyNotFoundError(key, int64(head))
+	}
+	return copyInto(o.obj.DeepCopyObject(), objPtr)
+}
+
+// copyInto sets *dst to *src.
+func copyInto(src, dst runtime.Object) error {
+	dv, sv := reflect.ValueOf(dst), reflect.ValueOf(src)
+	if dv.Kind() != reflect.Pointer || sv.Type() != dv.Type() {
+		return fmt.Errorf("cannot copy %T into %T", src, dst)
+	}
+	dv.Elem().Set(sv.Elem())
+	return nil
+}

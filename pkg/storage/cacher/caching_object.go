@@ -1,0 +1,88 @@
+package cacher
+
+import (
+	"bytes"
+	"io"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// cachingObject wraps an immutable object so that each encoding of it is
+// computed once, however many watchers receive it. The generic HTTP handlers
+// recognise runtime.CacheableObject and call CacheEncode with an identifier
+// per (serializer, version, event type).
+type cachingObject struct {
+	// obj is shared by every reader and never mutated.
+	obj runtime.Object
+
+	// mu guards encodings.
+	mu        sync.RWMutex
+	encodings map[runtime.Identifier]*encoding
+}
+
+// encoding is one serialized form, computed once.
+type encoding struct {
+	once sync.Once
+	raw  []byte
+	err  error
+}
+
+var _ runtime.CacheableObject = &cachingObject{}
+
+func newCachingObject(obj runtime.Object) *cachingObject { return &cachingObject{obj: obj} }
+
+// CacheEncode implements runtime.CacheableObject.
+func (o *cachingObject) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
+	e := o.encoding(id)
+	e.once.Do(func() {
+		var buf bytes.Buffer
+		// encode owns what it is given; it may set the type meta.
+		e.err = encode(o.obj.DeepCopyObject(), &buf)
+		e.raw = buf.Bytes()
+	})
+	if e.err != nil {
+		return e.err
+	}
+	_, err := w.Write(e.raw)
+	return err
+}
+
+func (o *cachingObject) encoding(id runtime.Identifier) *encoding {
+	o.mu.RLock()
+	e, ok := o.encodings[id]
+	o.mu.RUnlock()
+	if ok {
+		return e
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if e, ok = o.encodings[id]; !ok {
+		if o.encodings == nil {
+			o.encodings = map[runtime.Identifier]*encoding{}
+		}
+		e = &encoding{}
+		o.encodings[id] = e
+	}
+	return e
+}
+
+// GetObject implements runtime.CacheableObject: the caller owns the copy.
+func (o *cachingObject) GetObject() runtime.Object { return o.obj.DeepCopyObject() }
+
+// GetObjectKind implements runtime.Object. It returns the kind of the
+// wrapped object without letting the caller change it.
+func (o *cachingObject) GetObjectKind() schema.ObjectKind {
+	return readOnlyKind{o.obj.GetObjectKind()}
+}
+
+// DeepCopyObject implements runtime.Object.
+func (o *cachingObject) DeepCopyObject() runtime.Object {
+	return &cachingObject{obj: o.obj.DeepCopyObject()}
+}
+
+// readOnlyKind ignores writes, so that a shared object's type meta cannot change.
+type readOnlyKind struct{ schema.ObjectKind }
+
+func (readOnlyKind) SetGroupVersionKind(schema.GroupVersionKind) {}

@@ -1,0 +1,131 @@
+package cacher
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+)
+
+// Defaults for Config.
+const (
+	// DefaultHistoryWindow is how long events stay in the log at least,
+	// as upstream's watch cache keeps them.
+	DefaultHistoryWindow = 75 * time.Second
+	// DefaultMinHistorySize and DefaultMaxHistorySize bound the event log.
+	// The maximum caps memory: at 10,000 events and a few KiB an object
+	// the log holds tens of MiB.
+	DefaultMinHistorySize = 128
+	DefaultMaxHistorySize = 100_000
+	// DefaultBookmarkFrequency is how often a watcher gets a bookmark, as upstream.
+	DefaultBookmarkFrequency = time.Minute
+	// DefaultFreshnessTimeout bounds waits for the cache to reach a
+	// resourceVersion, as upstream's 3s.
+	DefaultFreshnessTimeout = 3 * time.Second
+	// DefaultProgressRequestInterval is how often the cache asks etcd for
+	// progress when PeriodicProgressRequests is on.
+	DefaultProgressRequestInterval = 5 * time.Second
+	// DefaultWatcherBuffer is each watcher's channel size. Small, because a
+	// full channel parks the watcher instead of losing events: 16 events of
+	// 32 bytes keep an idle watcher well under 1 KiB.
+	DefaultWatcherBuffer = 16
+)
+
+// Config is what a cache needs. The first group is what a
+// generic.StorageDecorator receives; the cache learns about its resource
+// only through these.
+type Config struct {
+	// Storage is the etcd3 store the cache wraps. Writes pass through to it,
+	// and the cache lists and watches it.
+	Storage storage.Interface
+	// GroupResource names the resource in errors and metrics.
+	GroupResource schema.GroupResource
+	// ResourcePrefix is the key prefix of every object of the resource.
+	ResourcePrefix string
+	// KeyFunc returns an object's key.
+	KeyFunc func(runtime.Object) (string, error)
+	// NewFunc returns an empty object; NewListFunc an empty list.
+	NewFunc     func() runtime.Object
+	NewListFunc func() runtime.Object
+	// GetAttrsFunc returns an object's labels and selectable fields.
+	GetAttrsFunc storage.AttrFunc
+	// IndexerFuncs are the registry's trigger functions: field name → value.
+	IndexerFuncs storage.IndexerFuncs
+	// Indexers index objects for lists with field or label selectors.
+	Indexers *cache.Indexers
+
+	// TriggerField is the field of IndexerFuncs that watchers are indexed
+	// by, so that an event reaches only the watchers that pin its value.
+	// Empty picks the only IndexerFuncs entry when there is exactly one.
+	TriggerField string
+	// Versioner reads and writes resourceVersions. Default: storage.APIObjectVersioner.
+	Versioner storage.Versioner
+	// HistoryWindow is how long events stay in the log at least, memory
+	// permitting. Default DefaultHistoryWindow.
+	HistoryWindow time.Duration
+	// MinHistorySize and MaxHistorySize bound the event log's capacity.
+	MinHistorySize, MaxHistorySize int
+	// BookmarkFrequency is how often watchers get bookmarks. Default one minute.
+	BookmarkFrequency time.Duration
+	// FreshnessTimeout bounds waits for the cache to reach a resourceVersion.
+	FreshnessTimeout time.Duration
+	// PeriodicProgressRequests asks etcd for progress every
+	// ProgressRequestInterval, so that idle resources' bookmarks carry fresh
+	// resourceVersions. Readers waiting for freshness ask regardless.
+	PeriodicProgressRequests bool
+	// ProgressRequestInterval is the period of PeriodicProgressRequests.
+	ProgressRequestInterval time.Duration
+	// ConsistentReadFallback serves reads from etcd when the cache is not
+	// ready or too slow to catch up, instead of answering 429. Off by
+	// default: under load the fallback cascades into etcd (kubernetes#138494).
+	ConsistentReadFallback bool
+	// WatcherBuffer is the size of each watcher's channel.
+	WatcherBuffer int
+	// Clock drives bookmarks and waits. Default: the real clock.
+	Clock clock.WithTicker
+}
+
+func (c *Config) complete() error {
+	switch {
+	case c.Storage == nil:
+		return fmt.Errorf("cacher: Config.Storage is required")
+	case c.KeyFunc == nil || c.NewFunc == nil || c.NewListFunc == nil || c.GetAttrsFunc == nil:
+		return fmt.Errorf("cacher: Config.KeyFunc, NewFunc, NewListFunc and GetAttrsFunc are required")
+	}
+	if c.Versioner == nil {
+		c.Versioner = storage.APIObjectVersioner{}
+	}
+	if c.TriggerField == "" && len(c.IndexerFuncs) == 1 {
+		for field := range c.IndexerFuncs {
+			c.TriggerField = field
+		}
+	}
+	if c.TriggerField != "" && c.IndexerFuncs[c.TriggerField] == nil {
+		return fmt.Errorf("cacher: trigger field %q has no IndexerFunc", c.TriggerField)
+	}
+	setDefault(&c.HistoryWindow, DefaultHistoryWindow)
+	setDefault(&c.MinHistorySize, DefaultMinHistorySize)
+	setDefault(&c.MaxHistorySize, DefaultMaxHistorySize)
+	setDefault(&c.BookmarkFrequency, DefaultBookmarkFrequency)
+	setDefault(&c.FreshnessTimeout, DefaultFreshnessTimeout)
+	setDefault(&c.ProgressRequestInterval, DefaultProgressRequestInterval)
+	setDefault(&c.WatcherBuffer, DefaultWatcherBuffer)
+	if c.MaxHistorySize < c.MinHistorySize {
+		c.MaxHistorySize = c.MinHistorySize
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	return nil
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}

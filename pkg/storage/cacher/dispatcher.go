@@ -1,0 +1,414 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// catchUpBatch is how many events a catching-up watcher copies out of the
+// log per lock acquisition.
+const catchUpBatch = 256
+
+// dispatcher fans events out to watchers, with this slow-consumer policy:
+//
+//   - A synced watcher is at the log head. The dispatcher offers it each
+//     event without blocking. Nobody waits for a slow consumer.
+//   - When a synced watcher's channel is full, the event is not dropped:
+//     the watcher is parked at its cursor and a goroutine of its own feeds
+//     it from the shared event log, at the consumer's pace, until it reaches
+//     the head and is synced again. Events are never copied per watcher.
+//   - Only a watcher whose cursor falls off the log's tail, because the log
+//     no longer holds the events after it, is ended, with a 410 Expired
+//     error event, so that its client resumes or re-lists.
+//
+// This is etcd's mvcc synced/unsynced watcher split. A synced watcher costs
+// no goroutine. The dispatcher also owns the store and log updates, so that
+// a new watcher registers against a state and a log that agree.
+type dispatcher struct {
+	store     *store
+	log       *eventLog
+	versioner storage.Versioner
+	newFunc   func() runtime.Object
+	clock     clock.Clock
+	// bookmarkFrequency is how often a watcher that asked for bookmarks gets one.
+	bookmarkFrequency time.Duration
+
+	// mu guards the watcher sets, every watcher's state and list position,
+	// and headCh. It also serializes store and log updates with watcher
+	// registration. Lock order: dispatcher.mu, then store.mu or eventLog.mu.
+	mu sync.Mutex
+	// all holds synced watchers with no trigger value.
+	all []*watcher
+	// byTrigger holds synced watchers by the trigger value they pin.
+	byTrigger map[string][]*watcher
+	// lagging holds catching-up watchers.
+	lagging map[*watcher]struct{}
+	// bookmarks holds watchers due a bookmark, by Unix second.
+	bookmarks map[int64][]*watcher
+	// lastBookmarkSecond is the last second whose bookmarks went out.
+	lastBookmarkSecond int64
+	// headCh is closed and replaced whenever the head moves.
+	headCh chan struct{}
+	// parkBuf is scratch space for fanOutLocked.
+	parkBuf []*watcher
+}
+
+func newDispatcher(s *store, l *eventLog, versioner storage.Versioner, newFunc func() runtime.Object,
+	clk clock.Clock, bookmarkFrequency time.Duration) *dispatcher {
+	return &dispatcher{
+		store: s, log: l, versioner: versioner, newFunc: newFunc, clock: clk,
+		bookmarkFrequency:  bookmarkFrequency,
+		byTrigger:          map[string][]*watcher{},
+		lagging:            map[*watcher]struct{}{},
+		bookmarks:          map[int64][]*watcher{},
+		lastBookmarkSecond: clk.Now().Unix(),
+		headCh:             make(chan struct{}),
+	}
+}
+
+// process applies an event to the store and the log and offers it to the
+// synced watchers it may concern.
+func (d *dispatcher) process(e *event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, prevHead := d.log.bounds()
+	d.store.apply(e)
+	d.log.append(e)
+	// Snapshots live as long as the events after them.
+	since, _ := d.log.bounds()
+	d.store.prune(since)
+	d.fanOutLocked(d.all, e)
+	if d.byTrigger != nil {
+		if e.cur != nil {
+			d.fanOutLocked(d.byTrigger[e.cur.trigger], e)
+		}
+		if e.prev != nil && (e.cur == nil || e.prev.trigger != e.cur.trigger) {
+			d.fanOutLocked(d.byTrigger[e.prev.trigger], e)
+		}
+	}
+	for _, w := range d.parkBuf {
+		d.parkLocked(w, prevHead)
+	}
+	clear(d.parkBuf)
+	d.parkBuf = d.parkBuf[:0]
+	d.notifyHeadLocked()
+}
+
+func (d *dispatcher) fanOutLocked(list []*watcher, e *event) {
+	for _, w := range list {
+		if e.rv <= w.cursor || !w.covers(e.key) {
+			continue
+		}
+		ev, ok := e.forWatcher(&w.pred, d.versioner)
+		if !ok {
+			continue
+		}
+		select {
+		case w.ch <- ev:
+		default:
+			d.parkBuf = append(d.parkBuf, w)
+		}
+	}
+}
+
+// progress moves the head to rv on an etcd progress notification.
+func (d *dispatcher) progress(rv uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.store.advance(rv)
+	d.log.advance(rv)
+	d.notifyHeadLocked()
+}
+
+// reset ends every watcher and installs a fresh list, as after a relist.
+// Ended watchers' clients resume from their last resourceVersion, and get
+// 410 if it is older than the new list.
+func (d *dispatcher) reset(objs []*object, rv uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.endAllLocked()
+	d.store.replace(objs, rv)
+	d.log.reset(rv)
+	d.notifyHeadLocked()
+}
+
+// endAllLocked closes every watcher's channel, or has its catch-up goroutine close it.
+func (d *dispatcher) endAllLocked() {
+	endSynced := func(w *watcher) {
+		w.end()
+		w.state = stopped
+		close(w.ch)
+	}
+	for _, w := range d.all {
+		endSynced(w)
+	}
+	for _, list := range d.byTrigger {
+		for _, w := range list {
+			endSynced(w)
+		}
+	}
+	for w := range d.lagging {
+		w.end()
+	}
+	d.all = nil
+	d.byTrigger = map[string][]*watcher{}
+}
+
+func (d *dispatcher) notifyHeadLocked() {
+	close(d.headCh)
+	d.headCh = make(chan struct{})
+}
+
+// headChanged returns a channel closed when the head next moves.
+func (d *dispatcher) headChanged() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.headCh
+}
+
+// initialEvents is what a new watcher receives before the stream.
+type initialEvents struct {
+	snap snapshot
+	// endBookmark asks for the initial-events-end bookmark after the objects.
+	endBookmark bool
+}
+
+// register adds a watcher. With init, it first receives the matching
+// objects of the current state, then the events after it. Without, it
+// starts after resourceVersion from (the head, when startAtHead).
+func (d *dispatcher) register(w *watcher, withInit, endBookmark, startAtHead bool, from uint64) (watch.Interface, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w.state == stopped {
+		// Stopped before it started, by its context.
+		return w, nil
+	}
+	since, head := d.log.bounds()
+	if w.pred.AllowWatchBookmarks {
+		d.scheduleBookmarkLocked(w, d.clock.Now())
+	}
+	switch {
+	case withInit:
+		snap := d.store.latest()
+		w.cursor = snap.rv
+		d.startCatchUpLocked(w, &initialEvents{snap: snap, endBookmark: endBookmark})
+	case startAtHead:
+		w.cursor = head
+		d.addLocked(w)
+	case from < since:
+		w.state = stopped
+		close(w.ch)
+		return newErrWatcher(tooOld(from, since)), nil
+	case from >= head:
+		// Up to date, or a future resourceVersion: events up to from are skipped.
+		w.cursor = from
+		d.addLocked(w)
+	default:
+		w.cursor = from
+		d.startCatchUpLocked(w, nil)
+	}
+	return w, nil
+}
+
+func tooOld(rv, since uint64) watch.Event {
+	err := apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", rv, since))
+	return watch.Event{Type: watch.Error, Object: &err.ErrStatus}
+}
+
+func (d *dispatcher) addLocked(w *watcher) {
+	w.state = synced
+	if w.hasTrigger {
+		w.index = len(d.byTrigger[w.trigger])
+		d.byTrigger[w.trigger] = append(d.byTrigger[w.trigger], w)
+		return
+	}
+	w.index = len(d.all)
+	d.all = append(d.all, w)
+}
+
+// removeFromListLocked drops a synced watcher from its list in O(1).
+func (d *dispatcher) removeFromListLocked(w *watcher) {
+	list := d.all
+	if w.hasTrigger {
+		list = d.byTrigger[w.trigger]
+	}
+	last := list[len(list)-1]
+	list[w.index] = last
+	last.index = w.index
+	list[len(list)-1] = nil
+	list = list[:len(list)-1]
+	if !w.hasTrigger {
+		d.all = list
+	} else if len(list) == 0 {
+		delete(d.byTrigger, w.trigger)
+	} else {
+		d.byTrigger[w.trigger] = list
+	}
+}
+
+// remove is Stop's half in the dispatcher.
+func (d *dispatcher) remove(w *watcher) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch w.state {
+	case synced:
+		d.removeFromListLocked(w)
+		w.state = stopped
+		close(w.ch)
+	case unregistered:
+		w.state = stopped
+		close(w.ch)
+	}
+	// A catching-up watcher's goroutine sees done and closes the channel.
+}
+
+func (d *dispatcher) parkLocked(w *watcher, cursor uint64) {
+	d.removeFromListLocked(w)
+	w.cursor = max(w.cursor, cursor)
+	d.startCatchUpLocked(w, nil)
+}
+
+func (d *dispatcher) startCatchUpLocked(w *watcher, init *initialEvents) {
+	w.state = catchingUp
+	d.lagging[w] = struct{}{}
+	go d.catchUp(w, init)
+}
+
+// catchUp feeds a watcher from the log at its consumer's pace until it
+// reaches the head.
+func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
+	defer d.endCatchUp(w)
+	if init != nil && !d.sendInitial(w, init) {
+		return
+	}
+	for {
+		events, ok := d.log.after(w.cursor, catchUpBatch)
+		if !ok {
+			since, _ := d.log.bounds()
+			w.send(tooOld(w.cursor, since))
+			return
+		}
+		for _, e := range events {
+			if w.covers(e.key) {
+				if ev, ok := e.forWatcher(&w.pred, d.versioner); ok && !w.send(ev) {
+					return
+				}
+			}
+			w.cursor = e.rv
+		}
+		if len(events) == catchUpBatch {
+			continue
+		}
+		if d.trySync(w) {
+			return
+		}
+	}
+}
+
+func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
+	ok := true
+	init.snap.scan(w.key, w.recursive, "", func(o *object) bool {
+		if o.matches(&w.pred) {
+			ok = w.send(watch.Event{Type: watch.Added, Object: o.co})
+		}
+		return ok
+	})
+	if ok && init.endBookmark {
+		ok = w.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.rv, true)})
+	}
+	return ok
+}
+
+// trySync moves a caught-up watcher back to the synced set. It reports
+// whether the catch-up goroutine is done.
+func (d *dispatcher) trySync(w *watcher) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	select {
+	case <-w.done:
+		return true
+	default:
+	}
+	// Appends happen under mu, so no event can arrive between this check
+	// and the move. A watcher that fell off the log goes round once more
+	// and gets its 410 there.
+	if events, ok := d.log.after(w.cursor, 1); !ok || len(events) > 0 {
+		return false
+	}
+	delete(d.lagging, w)
+	d.addLocked(w)
+	return true
+}
+
+// endCatchUp closes the channel of a watcher whose catch-up ended without syncing.
+func (d *dispatcher) endCatchUp(w *watcher) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w.state == catchingUp {
+		delete(d.lagging, w)
+		w.state = stopped
+		close(w.ch)
+	}
+}
+
+// bookmarkObject is an empty object carrying a resourceVersion.
+func (d *dispatcher) bookmarkObject(rv uint64, initialEventsEnd bool) runtime.Object {
+	obj := d.newFunc()
+	if err := d.versioner.UpdateObject(obj, rv); err != nil {
+		// newFunc returns objects with metadata; say so if one does not.
+		klog.ErrorS(err, "Cannot set the resourceVersion of a bookmark")
+	}
+	if initialEventsEnd {
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+		}
+	}
+	return obj
+}
+
+// progressRetry is how often a waiting reader asks etcd for progress again,
+// in case a notification was lost. Upstream's progress requester uses 100ms;
+// we wait longer because every wait asks once up front.
+const progressRetry = 250 * time.Millisecond
+
+// waitFor blocks until the head reaches rv, ctx ends or timeout passes.
+// While it waits it asks etcd for a progress notification through
+// requestProgress, since an idle resource's head moves only on those.
+func (d *dispatcher) waitFor(ctx context.Context, rv uint64, timeout time.Duration, requestProgress func()) error {
+	if _, head := d.log.bounds(); head >= rv {
+		return nil
+	}
+	deadline := d.clock.NewTimer(timeout)
+	defer deadline.Stop()
+	retry := d.clock.NewTimer(0)
+	defer retry.Stop()
+	for {
+		changed := d.headChanged()
+		if _, head := d.log.bounds(); head >= rv {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-retry.C():
+			if requestProgress != nil {
+				requestProgress()
+			}
+			retry.Reset(progressRetry)
+		case <-deadline.C():
+			_, head := d.log.bounds()
+			return storage.NewTooLargeResourceVersionError(rv, head, 1)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,88 @@
+package cacher
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/klog/v2"
+)
+
+// object is one cached object version with what selectors need, computed
+// once at ingest. Objects are immutable once built and shared by the store,
+// snapshots, the event log and every watcher.
+type object struct {
+	key    string
+	obj    runtime.Object
+	co     *cachingObject
+	labels labels.Set
+	fields fields.Set
+	rv     uint64
+	// trigger is the value of Config.TriggerField, if any.
+	trigger string
+}
+
+// matches reports whether o passes the predicate.
+func (o *object) matches(p *storage.SelectionPredicate) bool {
+	if p.Empty() {
+		return true
+	}
+	return p.Label.Matches(o.labels) && p.Field.Matches(o.fields)
+}
+
+// event is one change from etcd, shared by every watcher that receives it.
+type event struct {
+	typ watch.EventType
+	key string
+	rv  uint64
+	// cur is the new state for ADDED and MODIFIED, and the last state at the
+	// deletion's resourceVersion for DELETED.
+	cur *object
+	// prev is the state before the change; nil for ADDED.
+	prev *object
+	// recorded is when ingest saw the event; the log keeps it for the history window.
+	recorded time.Time
+
+	// leaving is prev at this event's resourceVersion, built once for the
+	// watchers this event moves out of their selector.
+	leavingOnce sync.Once
+	leaving     *cachingObject
+}
+
+// forWatcher returns what a watcher with predicate p receives, following
+// the Kubernetes rules for selectors: entering is ADDED, staying is
+// MODIFIED, leaving is DELETED with the previous state at this event's
+// resourceVersion. ok is false when the watcher receives nothing.
+func (e *event) forWatcher(p *storage.SelectionPredicate, v storage.Versioner) (watch.Event, bool) {
+	curMatch := e.typ != watch.Deleted && e.cur.matches(p)
+	prevMatch := e.prev != nil && e.prev.matches(p)
+	switch {
+	case e.typ == watch.Deleted && prevMatch:
+		return watch.Event{Type: watch.Deleted, Object: e.cur.co}, true
+	case curMatch && prevMatch:
+		return watch.Event{Type: watch.Modified, Object: e.cur.co}, true
+	case curMatch:
+		return watch.Event{Type: watch.Added, Object: e.cur.co}, true
+	case prevMatch:
+		return watch.Event{Type: watch.Deleted, Object: e.leavingObject(v)}, true
+	}
+	return watch.Event{}, false
+}
+
+func (e *event) leavingObject(v storage.Versioner) *cachingObject {
+	e.leavingOnce.Do(func() {
+		obj := e.prev.obj.DeepCopyObject()
+		if err := v.UpdateObject(obj, e.rv); err != nil {
+			// Only objects without metadata fail here, and those never reach the cache.
+			klog.ErrorS(err, "Cannot set the resourceVersion of a DELETED event", "key", e.key)
+			e.leaving = e.prev.co
+			return
+		}
+		e.leaving = newCachingObject(obj)
+	})
+	return e.leaving
+}

@@ -1,0 +1,167 @@
+package cacher
+
+import (
+	"sync"
+	"time"
+)
+
+// eventLog is the shared history of recent events: a ring buffer that every
+// watcher reads through its own cursor. It is complete from resourceVersion
+// since: every event after since up to head is in it.
+//
+// Capacity adapts. When the ring is full and its oldest event is still
+// inside the history window, the ring doubles, up to maxSize. When it is
+// full and fewer than a quarter of its events are inside the window, it
+// halves, down to minSize. Otherwise the oldest event is dropped.
+type eventLog struct {
+	window  time.Duration
+	minSize int
+	maxSize int
+
+	// mu guards everything below.
+	mu sync.RWMutex
+	// ring holds events; start indexes the oldest and n counts them.
+	ring  []*event
+	start int
+	n     int
+	// since is the resourceVersion the log is complete from.
+	since uint64
+	// head is the newest resourceVersion the log knows of, from an event
+	// or a progress notification.
+	head uint64
+}
+
+func newEventLog(window time.Duration, minSize, maxSize int) *eventLog {
+	return &eventLog{window: window, minSize: minSize, maxSize: maxSize, ring: make([]*event, minSize)}
+}
+
+// reset empties the log; it is complete from rv on.
+func (l *eventLog) reset(rv uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ring = make([]*event, l.minSize)
+	l.start, l.n = 0, 0
+	l.since, l.head = rv, rv
+}
+
+// append adds an event, which must be newer than head.
+func (l *eventLog) append(e *event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == len(l.ring) {
+		l.makeRoomLocked(e.recorded)
+	}
+	l.ring[(l.start+l.n)%len(l.ring)] = e
+	l.n++
+	l.head = e.rv
+}
+
+// advance moves head to rv on a progress notification, without an event.
+func (l *eventLog) advance(rv uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rv > l.head {
+		l.head = rv
+		if l.n == 0 {
+			// Nothing happened between since and rv, so the log is complete from rv.
+			l.since = rv
+		}
+	}
+}
+
+func (l *eventLog) makeRoomLocked(now time.Time) {
+	oldest := l.ring[l.start]
+	inWindow := now.Sub(oldest.recorded) < l.window
+	switch {
+	case inWindow && len(l.ring) < l.maxSize:
+		l.resizeLocked(min(2*len(l.ring), l.maxSize))
+	case !inWindow && len(l.ring) > l.minSize && l.countInWindowLocked(now) < len(l.ring)/4:
+		l.dropOldestLocked()
+		l.resizeLocked(max(len(l.ring)/2, l.minSize))
+	default:
+		l.dropOldestLocked()
+	}
+}
+
+func (l *eventLog) dropOldestLocked() {
+	oldest := l.ring[l.start]
+	l.ring[l.start] = nil
+	l.start = (l.start + 1) % len(l.ring)
+	l.n--
+	l.since = oldest.rv
+}
+
+// resizeLocked moves the events into a ring of the given size, dropping the
+// oldest ones that do not fit.
+func (l *eventLog) resizeLocked(size int) {
+	for l.n > size {
+		l.dropOldestLocked()
+	}
+	ring := make([]*event, size)
+	for i := 0; i < l.n; i++ {
+		ring[i] = l.ring[(l.start+i)%len(l.ring)]
+	}
+	l.ring, l.start = ring, 0
+}
+
+func (l *eventLog) countInWindowLocked(now time.Time) int {
+	count := 0
+	for i := l.n - 1; i >= 0; i-- {
+		if now.Sub(l.ring[(l.start+i)%len(l.ring)].recorded) >= l.window {
+			break
+		}
+		count++
+	}
+	return count
+}
+
+// after returns up to limit events with resourceVersion greater than rv, in
+// order. ok is false when rv is older than the log: events after it were
+// dropped, so a watcher at rv cannot be served.
+func (l *eventLog) after(rv uint64, limit int) (events []*event, ok bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if rv < l.since {
+		return nil, false
+	}
+	i := l.searchLocked(rv)
+	for ; i < l.n && len(events) < limit; i++ {
+		events = append(events, l.ring[(l.start+i)%len(l.ring)])
+	}
+	return events, true
+}
+
+// searchLocked returns the index of the first event newer than rv.
+func (l *eventLog) searchLocked(rv uint64) int {
+	lo, hi := 0, l.n
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if l.ring[(l.start+mid)%len(l.ring)].rv <= rv {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// bounds returns since and head.
+func (l *eventLog) bounds() (since, head uint64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.since, l.head
+}
+
+// capacity returns the ring's size, for metrics and tests.
+func (l *eventLog) capacity() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.ring)
+}
+
+// len returns how many events the log holds.
+func (l *eventLog) len() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.n
+}

@@ -1,0 +1,203 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/klog/v2"
+)
+
+// listPageSize is the page size of the cache's own lists from etcd, as
+// upstream's reflector pages its initial list.
+const listPageSize = 10000
+
+// Retry delays after a failed list or watch.
+const (
+	minRetryDelay = 100 * time.Millisecond
+	maxRetryDelay = 5 * time.Second
+)
+
+// run lists, then watches, the underlying store until ctx ends, and lists
+// again whenever the watch fails.
+func (c *Cacher) run(ctx context.Context) {
+	defer close(c.done)
+	delay := minRetryDelay
+	for ctx.Err() == nil {
+		rv, err := c.list(ctx)
+		if err == nil {
+			c.ready.set(ready)
+			delay = minRetryDelay
+			err = c.watch(ctx, rv)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		c.ready.set(pending)
+		klog.InfoS("Watch cache is re-listing", "resource", c.cfg.GroupResource, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.cfg.Clock.After(delay):
+		}
+		delay = min(2*delay, maxRetryDelay)
+	}
+}
+
+// list reads every object with a consistent read and installs them. Every
+// open watcher ends: events between its position and the list are unknown.
+func (c *Cacher) list(ctx context.Context) (uint64, error) {
+	var objs []*object
+	var rv uint64
+	continueToken := ""
+	for {
+		list := c.cfg.NewListFunc()
+		opts := storage.ListOptions{
+			Recursive: true,
+			Predicate: storage.SelectionPredicate{
+				Label: labels.Everything(), Field: fields.Everything(),
+				Limit: listPageSize, Continue: continueToken,
+			},
+		}
+		if err := c.cfg.Storage.GetList(ctx, c.cfg.ResourcePrefix, opts, list); err != nil {
+			return 0, fmt.Errorf("listing %s: %w", c.cfg.GroupResource, err)
+		}
+		err := meta.EachListItem(list, func(item runtime.Object) error {
+			o, err := c.newObject(item)
+			if err == nil {
+				objs = append(objs, o)
+			}
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		lm, err := meta.ListAccessor(list)
+		if err != nil {
+			return 0, err
+		}
+		if rv, err = c.cfg.Versioner.ParseResourceVersion(lm.GetResourceVersion()); err != nil {
+			return 0, err
+		}
+		if continueToken = lm.GetContinue(); continueToken == "" {
+			break
+		}
+	}
+	c.d.reset(objs, rv)
+	return rv, nil
+}
+
+// watch follows the underlying store from rv until the watch ends.
+func (c *Cacher) watch(ctx context.Context, rv uint64) error {
+	w, err := c.cfg.Storage.Watch(ctx, c.cfg.ResourcePrefix, storage.ListOptions{
+		ResourceVersion: fmt.Sprint(rv),
+		Recursive:       true,
+		ProgressNotify:  true,
+		Predicate: storage.SelectionPredicate{
+			Label: labels.Everything(), Field: fields.Everything(), AllowWatchBookmarks: true,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		switch ev.Type {
+		case watch.Bookmark:
+			rv, err := c.cfg.Versioner.ObjectResourceVersion(ev.Object)
+			if err != nil {
+				return err
+			}
+			c.d.progress(rv)
+		case watch.Added, watch.Modified, watch.Deleted:
+			if err := c.ingest(ev); err != nil {
+				return err
+			}
+		case watch.Error:
+			return fmt.Errorf("watch error: %v", storageError(ev.Object))
+		}
+	}
+	return fmt.Errorf("watch of %s closed", c.cfg.GroupResource)
+}
+
+func storageError(obj runtime.Object) string {
+	if s, ok := obj.(interface{ Error() string }); ok {
+		return s.Error()
+	}
+	return fmt.Sprintf("%v", obj)
+}
+
+// ingest turns one etcd event into a cached event.
+func (c *Cacher) ingest(ev watch.Event) error {
+	o, err := c.newObject(ev.Object)
+	if err != nil {
+		return err
+	}
+	prev, _ := c.store.get(o.key)
+	e := &event{key: o.key, rv: o.rv, cur: o, prev: prev, recorded: c.cfg.Clock.Now()}
+	switch {
+	case ev.Type == watch.Deleted && prev == nil:
+		// Deleting what the cache never held: nothing to tell watchers.
+		c.d.progress(o.rv)
+		return nil
+	case ev.Type == watch.Deleted:
+		e.typ = watch.Deleted
+	case prev == nil:
+		e.typ = watch.Added
+	default:
+		e.typ = watch.Modified
+	}
+	c.d.process(e)
+	return nil
+}
+
+// newObject computes what the cache keeps for an object.
+func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
+	key, err := c.cfg.KeyFunc(obj)
+	if err != nil {
+		return nil, fmt.Errorf("key of %T: %w", obj, err)
+	}
+	l, f, err := c.cfg.GetAttrsFunc(obj)
+	if err != nil {
+		return nil, fmt.Errorf("attributes of %s: %w", key, err)
+	}
+	rv, err := c.cfg.Versioner.ObjectResourceVersion(obj)
+	if err != nil {
+		return nil, fmt.Errorf("resourceVersion of %s: %w", key, err)
+	}
+	o := &object{key: key, obj: obj, co: newCachingObject(obj), labels: l, fields: f, rv: rv}
+	if c.cfg.TriggerField != "" {
+		o.trigger = c.cfg.IndexerFuncs[c.cfg.TriggerField](obj)
+	}
+	return o, nil
+}
+
+// indexFuncs adapts Config.Indexers, plus the trigger field, to the store.
+func (c *Cacher) indexFuncs() map[string]func(*object) []string {
+	fns := map[string]func(*object) []string{}
+	if c.cfg.Indexers != nil {
+		for name, fn := range *c.cfg.Indexers {
+			fns[name] = func(o *object) []string {
+				values, err := fn(o.obj)
+				if err != nil {
+					klog.ErrorS(err, "Indexer failed", "index", name, "key", o.key)
+					return nil
+				}
+				return values
+			}
+		}
+	}
+	if c.cfg.TriggerField != "" {
+		name := storage.FieldIndex(c.cfg.TriggerField)
+		if _, ok := fns[name]; !ok {
+			fns[name] = func(o *object) []string { return []string{o.trigger} }
+		}
+	}
+	return fns
+}

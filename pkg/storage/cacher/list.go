@@ -1,0 +1,189 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// GetList implements storage.Interface. See docs/architecture.md for where
+// each kind of list is served from.
+//
+//   - resourceVersion unset: a consistent read from the cache, once it holds
+//     etcd's current revision.
+//   - "0": the cache's current state.
+//   - NotOlderThan N: the current state once the cache has reached N.
+//   - Exact N: the snapshot at N, or etcd when the cache no longer holds it.
+//   - continue: the snapshot the first page used, or etcd.
+//
+// limit is honoured in every case, "0" included.
+func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	rv, err := c.parseRV(opts.ResourceVersion)
+	if err != nil {
+		return err
+	}
+	if err := c.ready.check(c.what()); err != nil {
+		if c.cfg.ConsistentReadFallback {
+			return c.cfg.Storage.GetList(ctx, key, opts, listObj)
+		}
+		return err
+	}
+	key = normalizeKey(key, opts.Recursive)
+	pred := opts.Predicate
+
+	if pred.Continue != "" {
+		fromKey, continueRV, err := storage.DecodeContinue(pred.Continue, key)
+		if err != nil {
+			return apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
+		}
+		snap, ok := c.snapshotAt(uint64(continueRV))
+		if !ok {
+			// Another replica's token, or one older than our snapshots:
+			// etcd serves it, or answers 410 with a fresh token.
+			return c.cfg.Storage.GetList(ctx, key, opts, listObj)
+		}
+		return c.listFrom(snap, key, opts.Recursive, &pred, fromKey, listObj)
+	}
+
+	var snap snapshot
+	switch {
+	case opts.ResourceVersion == "":
+		if err := c.waitConsistent(ctx); err != nil {
+			if c.cfg.ConsistentReadFallback && apierrors.IsTooManyRequests(err) {
+				return c.cfg.Storage.GetList(ctx, key, opts, listObj)
+			}
+			return err
+		}
+		snap = c.store.latest()
+	case opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
+		if err := c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
+			return err
+		}
+		var ok bool
+		if snap, ok = c.snapshotAt(rv); !ok {
+			return c.cfg.Storage.GetList(ctx, key, opts, listObj)
+		}
+	default:
+		if rv > 0 {
+			if err := c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
+				return err
+			}
+		}
+		snap = c.store.latest()
+	}
+	if pred.Limit == 0 && snap.rv == c.store.latest().rv {
+		if done, err := c.listByIndex(ctx, key, opts.Recursive, &pred, listObj); done || err != nil {
+			return err
+		}
+	}
+	return c.listFrom(snap, key, opts.Recursive, &pred, "", listObj)
+}
+
+// snapshotAt returns the state at exactly rv, unless etcd has compacted rv
+// away: then etcd must answer, with 410.
+func (c *Cacher) snapshotAt(rv uint64) (snapshot, bool) {
+	if int64(rv) < c.cfg.Storage.CompactRevision() {
+		return snapshot{}, false
+	}
+	return c.store.at(rv)
+}
+
+// listByIndex serves an unpaginated list of the current state through an
+// index the selector can use. done is false when no index applies.
+func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pred *storage.SelectionPredicate, listObj runtime.Object) (done bool, err error) {
+	for _, m := range pred.MatcherIndex(ctx) {
+		objs, rv, ok := c.store.byIndex(m.IndexName, m.Value)
+		if !ok {
+			continue
+		}
+		items, err := newItemAppender(listObj)
+		if err != nil {
+			return true, err
+		}
+		for _, o := range objs {
+			if (recursive && len(o.key) >= len(key) && o.key[:len(key)] == key || o.key == key) && o.matches(pred) {
+				items.add(o.obj)
+			}
+		}
+		return true, c.cfg.Versioner.UpdateList(listObj, rv, "", nil)
+	}
+	return false, nil
+}
+
+// listFrom fills listObj with one page of matching objects from snap,
+// starting at fromKey, and sets the continue token and remaining count.
+func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *storage.SelectionPredicate, fromKey string, listObj runtime.Object) error {
+	items, err := newItemAppender(listObj)
+	if err != nil {
+		return err
+	}
+	limit := pred.Limit
+	var (
+		count, remaining int64
+		lastKey          string
+		more             bool
+	)
+	snap.scan(key, recursive, fromKey, func(o *object) bool {
+		if !o.matches(pred) {
+			return true
+		}
+		if limit > 0 && count == limit {
+			more = true
+			if pred.Empty() {
+				// remainingItemCount is set only without selectors, as etcd3 does.
+				remaining++
+				return true
+			}
+			return false
+		}
+		items.add(o.obj)
+		count++
+		lastKey = o.key
+		return true
+	})
+	var continueToken string
+	var remainingCount *int64
+	if more {
+		if continueToken, err = storage.EncodeContinue(lastKey+"\x00", key, int64(snap.rv)); err != nil {
+			return err
+		}
+		if pred.Empty() {
+			remainingCount = &remaining
+		}
+	}
+	return c.cfg.Versioner.UpdateList(listObj, snap.rv, continueToken, remainingCount)
+}
+
+// itemAppender appends cached objects to a list's Items. Items share the
+// cached objects' fields, as upstream's cache does: lists are encoded and
+// dropped, never mutated.
+type itemAppender struct {
+	items reflect.Value
+	ptrs  bool
+}
+
+func newItemAppender(listObj runtime.Object) (*itemAppender, error) {
+	ptr, err := meta.GetItemsPtr(listObj)
+	if err != nil {
+		return nil, err
+	}
+	v := reflect.ValueOf(ptr).Elem()
+	if v.Kind() != reflect.Slice {
+		return nil, fmt.Errorf("items of %T are not a slice", listObj)
+	}
+	return &itemAppender{items: v, ptrs: v.Type().Elem().Kind() == reflect.Pointer}, nil
+}
+
+func (a *itemAppender) add(obj runtime.Object) {
+	v := reflect.ValueOf(obj)
+	if !a.ptrs {
+		v = v.Elem()
+	}
+	a.items.Set(reflect.Append(a.items, v))
+}

@@ -1,0 +1,66 @@
+package cacher
+
+import (
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// readyState is the cache's life cycle:
+//
+//	          list done                 watch failed
+//	Pending ────────────▶ Ready ─────────────────────▶ Pending (relisting)
+//	   │                   │  ▲                           │
+//	   │                   │  └───────── list done ───────┘
+//	   └───────────────────┴──── Stop ────▶ Stopped
+//
+// Reads and watches are served only while Ready. Until then they get 429
+// with Retry-After, unless Config.ConsistentReadFallback sends them to etcd.
+type readyState uint8
+
+const (
+	pending readyState = iota
+	ready
+	stoppedState
+)
+
+// readiness tracks readyState and lets callers wait for a change by
+// receiving from a channel.
+type readiness struct {
+	// mu guards state and changed.
+	mu      sync.Mutex
+	state   readyState
+	changed chan struct{}
+}
+
+func newReadiness() *readiness { return &readiness{changed: make(chan struct{})} }
+
+func (r *readiness) set(s readyState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state == stoppedState || r.state == s {
+		return
+	}
+	r.state = s
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+func (r *readiness) get() (readyState, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state, r.changed
+}
+
+// check returns nil when ready, or the 429 a request gets otherwise.
+func (r *readiness) check(what string) error {
+	s, _ := r.get()
+	switch s {
+	case ready:
+		return nil
+	case stoppedState:
+		return apierrors.NewServiceUnavailable("the watch cache for " + what + " is stopped")
+	default:
+		return apierrors.NewTooManyRequests("the watch cache for "+what+" is initializing; retry shortly", 1)
+	}
+}

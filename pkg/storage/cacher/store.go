@@ -1,0 +1,205 @@
+package cacher
+
+import (
+	"sort"
+	"strings"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/third_party/forked/golang/btree"
+)
+
+// btreeDegree is the fan-out of the object trees. 32 is what upstream's
+// watch cache store uses; it keeps copy-on-write after a snapshot at a few
+// node copies per write.
+const btreeDegree = 32
+
+func newTree() *btree.BTree[*object] {
+	return btree.New(btreeDegree, func(a, b *object) bool { return a.key < b.key })
+}
+
+// snapshot is an immutable view of every object at resourceVersion rv.
+type snapshot struct {
+	rv   uint64
+	tree *btree.BTree[*object]
+}
+
+// store holds the current objects ordered by key, live indexes over them,
+// and a point-in-time snapshot per resourceVersion still in the event log.
+// Snapshots are copy-on-write clones of the tree: O(1) to take, and a write
+// after one copies only the nodes on its path.
+type store struct {
+	indexers map[string]func(*object) []string
+
+	// mu guards everything below.
+	mu   sync.RWMutex
+	tree *btree.BTree[*object]
+	// rv is the resourceVersion of the current state.
+	rv uint64
+	// indexes map index name → value → key → object, for the current state.
+	indexes map[string]map[string]map[string]*object
+	// snapshots are ordered by rv; the last one is the current state.
+	snapshots []snapshot
+}
+
+func newStore(indexers map[string]func(*object) []string) *store {
+	s := &store{indexers: indexers}
+	s.replace(nil, 0)
+	return s
+}
+
+// replace installs a full list at rv, as after a (re)list.
+func (s *store) replace(objs []*object, rv uint64) {
+	tree := newTree()
+	indexes := map[string]map[string]map[string]*object{}
+	for name := range s.indexers {
+		indexes[name] = map[string]map[string]*object{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tree, s.indexes, s.rv = tree, indexes, rv
+	for _, o := range objs {
+		s.tree.ReplaceOrInsert(o)
+		s.indexLocked(o, true)
+	}
+	s.snapshots = []snapshot{{rv: rv, tree: s.tree.Clone()}}
+}
+
+// apply records an event's effect and takes a snapshot at its resourceVersion.
+func (s *store) apply(e *event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.prev != nil {
+		s.indexLocked(e.prev, false)
+	}
+	if e.typ == watch.Deleted {
+		s.tree.Delete(e.prev)
+	} else {
+		s.tree.ReplaceOrInsert(e.cur)
+		s.indexLocked(e.cur, true)
+	}
+	s.rv = e.rv
+	s.snapshots = append(s.snapshots, snapshot{rv: e.rv, tree: s.tree.Clone()})
+}
+
+// advance moves the state's resourceVersion forward with no change, on a
+// progress notification.
+func (s *store) advance(rv uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rv > s.rv {
+		s.rv = rv
+	}
+}
+
+func (s *store) indexLocked(o *object, add bool) {
+	for name, fn := range s.indexers {
+		for _, v := range fn(o) {
+			byValue := s.indexes[name]
+			if add {
+				if byValue[v] == nil {
+					byValue[v] = map[string]*object{}
+				}
+				byValue[v][o.key] = o
+			} else if byValue[v] != nil {
+				delete(byValue[v], o.key)
+				if len(byValue[v]) == 0 {
+					delete(byValue, v)
+				}
+			}
+		}
+	}
+}
+
+// get returns the current object at key.
+func (s *store) get(key string) (*object, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tree.Get(&object{key: key})
+}
+
+// latest returns the current state as an immutable snapshot, stamped with
+// the newest resourceVersion the store knows, which may be past the last
+// event after a progress notification.
+func (s *store) latest() snapshot {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return snapshot{rv: s.rv, tree: s.snapshots[len(s.snapshots)-1].tree}
+}
+
+// at returns the state at exactly rv, if the store still holds it.
+func (s *store) at(rv uint64) (snapshot, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if rv > s.rv || len(s.snapshots) == 0 || rv < s.snapshots[0].rv {
+		return snapshot{}, false
+	}
+	i := sort.Search(len(s.snapshots), func(i int) bool { return s.snapshots[i].rv > rv })
+	return snapshot{rv: rv, tree: s.snapshots[i-1].tree}, true
+}
+
+// byIndex returns the current objects whose index name has value, ordered
+// by key, and the state's resourceVersion. ok is false without such an index.
+func (s *store) byIndex(name, value string) (objs []*object, rv uint64, ok bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	byValue, ok := s.indexes[name]
+	if !ok {
+		return nil, 0, false
+	}
+	for _, o := range byValue[value] {
+		objs = append(objs, o)
+	}
+	sort.Slice(objs, func(i, j int) bool { return objs[i].key < objs[j].key })
+	return objs, s.rv, true
+}
+
+// prune drops snapshots older than rv, keeping the one that covers rv.
+func (s *store) prune(rv uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := sort.Search(len(s.snapshots), func(i int) bool { return s.snapshots[i].rv > rv })
+	if i > 1 {
+		// snapshots[i-1] still covers rv; everything before it is older.
+		// Clearing lets the dropped trees be collected; append reallocates
+		// the shrinking slice in time, so this stays amortized O(1).
+		clear(s.snapshots[:i-1])
+		s.snapshots = s.snapshots[i-1:]
+	}
+}
+
+// stats returns the number of objects and of snapshots held.
+func (s *store) stats() (objects, snapshots int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tree.Len(), len(s.snapshots)
+}
+
+// keys returns every current key, for etcd3's size estimation.
+func (s *store) keys() []string {
+	snap := s.latest()
+	keys := make([]string, 0, snap.tree.Len())
+	snap.tree.Ascend(func(o *object) bool {
+		keys = append(keys, o.key)
+		return true
+	})
+	return keys
+}
+
+// scan calls fn for each object whose key has prefix (or equals it when not
+// recursive), starting at from, in key order, until fn returns false.
+func (sn snapshot) scan(prefix string, recursive bool, from string, fn func(*object) bool) {
+	if !recursive {
+		if o, ok := sn.tree.Get(&object{key: prefix}); ok && from <= prefix {
+			fn(o)
+		}
+		return
+	}
+	start := max(from, prefix)
+	sn.tree.AscendGreaterOrEqual(&object{key: start}, func(o *object) bool {
+		if !strings.HasPrefix(o.key, prefix) {
+			return false
+		}
+		return fn(o)
+	})
+}

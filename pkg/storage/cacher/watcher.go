@@ -1,0 +1,145 @@
+package cacher
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// watcherState is where a watcher is in the dispatcher.
+//
+//	        register                 channel full
+//	 ──────────────────▶ synced ─────────────────────▶ catchingUp
+//	   (at head)           ▲      reached the log head     │
+//	                       └───────────────────────────────┘
+//	 register (behind, or with initial events) ──────────▶ catchingUp
+//	 Stop, relist, or fell off the log ─────────────────▶ stopped
+type watcherState uint8
+
+const (
+	// unregistered watchers are being set up.
+	unregistered watcherState = iota
+	// synced watchers are at the log head and receive events directly from
+	// the dispatcher, without blocking.
+	synced
+	// catchingUp watchers are behind; one goroutine of their own feeds them
+	// from the event log until they reach the head.
+	catchingUp
+	// stopped watchers have a closed channel.
+	stopped
+)
+
+// watcher is one watch. While synced it costs no goroutine: the struct and
+// its channel buffer are all it holds.
+type watcher struct {
+	d *dispatcher
+
+	// key and recursive select what the watch covers.
+	key       string
+	recursive bool
+	// pred filters objects; its labels and fields were computed at ingest.
+	pred storage.SelectionPredicate
+	// trigger is the value the watcher's field selector pins
+	// Config.TriggerField to, if hasTrigger.
+	trigger    string
+	hasTrigger bool
+	// deadline is when the server ends the watch; zero if never. A bookmark
+	// goes out shortly before it.
+	deadline time.Time
+
+	// ch carries events to the consumer. It is closed by whoever feeds the
+	// watcher when it stops: the dispatcher while synced, the catch-up
+	// goroutine while catching up.
+	ch chan watch.Event
+	// done is closed by Stop.
+	done     chan struct{}
+	stopOnce sync.Once
+	// unhookCtx detaches the context.AfterFunc that stops the watcher.
+	unhookCtx atomic.Pointer[func() bool]
+
+	// The fields below are guarded by dispatcher.mu, except that cursor is
+	// owned by the catch-up goroutine while the state is catchingUp.
+
+	state watcherState
+	// cursor is the resourceVersion the watcher has passed: every event up
+	// to it was delivered or filtered out.
+	cursor uint64
+	// index is the watcher's position in its dispatcher list.
+	index int
+	// nextBookmark is when the watcher is due a bookmark; zero if it did
+	// not ask for bookmarks.
+	nextBookmark time.Time
+}
+
+var _ watch.Interface = &watcher{}
+
+// ResultChan implements watch.Interface.
+func (w *watcher) ResultChan() <-chan watch.Event { return w.ch }
+
+// Stop implements watch.Interface. It is safe to call more than once and
+// from any goroutine.
+func (w *watcher) Stop() {
+	if w.end() {
+		w.d.remove(w)
+	}
+}
+
+// end closes done, once, and detaches the context hook. It reports
+// whether this call was the one that ended the watcher.
+func (w *watcher) end() bool {
+	ended := false
+	w.stopOnce.Do(func() {
+		ended = true
+		close(w.done)
+		if unhook := w.unhookCtx.Load(); unhook != nil {
+			(*unhook)()
+		}
+	})
+	return ended
+}
+
+// covers reports whether the watch covers key.
+func (w *watcher) covers(key string) bool {
+	if w.recursive {
+		return len(key) >= len(w.key) && key[:len(w.key)] == w.key
+	}
+	return key == w.key
+}
+
+// send blocks until the consumer takes ev or the watcher stops. Only the
+// catch-up goroutine uses it.
+func (w *watcher) send(ev watch.Event) bool {
+	select {
+	case <-w.done:
+		return false
+	default:
+	}
+	select {
+	case w.ch <- ev:
+		return true
+	case <-w.done:
+		return false
+	}
+}
+
+// errWatcher is a watch that delivers one error event and ends, as for a
+// resourceVersion that is too old.
+type errWatcher struct {
+	ch chan watch.Event
+}
+
+func newErrWatcher(ev watch.Event) *errWatcher {
+	ch := make(chan watch.Event, 1)
+	ch <- ev
+	close(ch)
+	return &errWatcher{ch: ch}
+}
+
+// ResultChan implements watch.Interface.
+func (w *errWatcher) ResultChan() <-chan watch.Event { return w.ch }
+
+// Stop implements watch.Interface.
+func (w *errWatcher) Stop() {}

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 	"k8s.io/klog/v2"
 )
 
@@ -214,7 +214,9 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		}
 		return nil, err
 	}
-	key = normalizeKey(key, opts.Recursive)
+	if key, err = storage.PrepareKey(c.cfg.ResourcePrefix, key, opts.Recursive); err != nil {
+		return nil, err
+	}
 	w := &watcher{
 		d: c.d, key: key, recursive: opts.Recursive, pred: opts.Predicate,
 		ch: make(chan watch.Event, c.cfg.WatcherBuffer), done: make(chan struct{}),
@@ -254,16 +256,9 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		unhook := context.AfterFunc(ctx, w.Stop)
 		w.unhookCtx.Store(&unhook)
 	}
+	// Priority and fairness counts a watch as in flight until it is set up.
+	utilflowcontrol.WatchInitialized(ctx)
 	return wi, nil
-}
-
-// normalizeKey ends a recursive key with a slash, as etcd3 does, so that
-// /pods/ns does not match /pods/ns2.
-func normalizeKey(key string, recursive bool) string {
-	if recursive && !strings.HasSuffix(key, "/") {
-		return key + "/"
-	}
-	return key
 }
 
 // Get implements storage.Interface.
@@ -279,6 +274,9 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 	}
 	rv, err := c.parseRV(opts.ResourceVersion)
 	if err != nil {
+		return err
+	}
+	if _, err := storage.PrepareKey(c.cfg.ResourcePrefix, key, false); err != nil {
 		return err
 	}
 	if err := c.ready.check(c.what()); err != nil {

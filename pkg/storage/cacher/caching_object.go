@@ -5,6 +5,8 @@ import (
 	"io"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -13,7 +15,13 @@ import (
 // computed once, however many watchers receive it. The generic HTTP handlers
 // recognise runtime.CacheableObject and call CacheEncode with an identifier
 // per (serializer, version, event type).
+//
+// It also implements metav1.Object by delegation, so that consumers can read
+// metadata without unwrapping. Like objects from a client-go informer, it is
+// shared and read-only: a consumer that wants to change it calls GetObject
+// for a private copy.
 type cachingObject struct {
+	metav1.Object
 	// obj is shared by every reader and never mutated.
 	obj runtime.Object
 
@@ -31,7 +39,15 @@ type encoding struct {
 
 var _ runtime.CacheableObject = &cachingObject{}
 
-func newCachingObject(obj runtime.Object) *cachingObject { return &cachingObject{obj: obj} }
+// newCachingObject wraps obj, which must have object metadata.
+func newCachingObject(obj runtime.Object) *cachingObject {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		// Storage only holds objects with metadata; etcd3 could not have decoded it otherwise.
+		m = &metav1.ObjectMeta{}
+	}
+	return &cachingObject{Object: m, obj: obj}
+}
 
 // CacheEncode implements runtime.CacheableObject.
 func (o *cachingObject) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
@@ -79,7 +95,7 @@ func (o *cachingObject) GetObjectKind() schema.ObjectKind {
 
 // DeepCopyObject implements runtime.Object.
 func (o *cachingObject) DeepCopyObject() runtime.Object {
-	return &cachingObject{obj: o.obj.DeepCopyObject()}
+	return newCachingObject(o.obj.DeepCopyObject())
 }
 
 // readOnlyKind ignores writes, so that a shared object's type meta cannot change.

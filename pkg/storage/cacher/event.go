@@ -28,10 +28,12 @@ type object struct {
 
 // matches reports whether o passes the predicate.
 func (o *object) matches(p *storage.SelectionPredicate) bool {
-	if p.Empty() {
-		return true
+	if p.ShardSelector != nil && !p.ShardSelector.Empty() {
+		if ok, err := p.MatchesSharding(o.obj); err != nil || !ok {
+			return false
+		}
 	}
-	return p.Label.Matches(o.labels) && p.Field.Matches(o.fields)
+	return (p.Label == nil || p.Label.Matches(o.labels)) && (p.Field == nil || p.Field.Matches(o.fields))
 }
 
 // event is one change from etcd, shared by every watcher that receives it.

@@ -165,3 +165,14 @@ func (l *eventLog) len() int {
 	defer l.mu.RUnlock()
 	return l.n
 }
+
+// dropUpTo drops every event at or before rv, as if the log had aged them
+// out. Tests use it to make the cache lose history.
+func (l *eventLog) dropUpTo(rv uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.n > 0 && l.ring[l.start].rv <= rv {
+		l.dropOldestLocked()
+	}
+	l.since = max(l.since, rv)
+}

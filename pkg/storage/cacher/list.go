@@ -7,7 +7,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 )
@@ -34,26 +33,33 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		}
 		return err
 	}
-	key = normalizeKey(key, opts.Recursive)
-	pred := opts.Predicate
-
-	if pred.Continue != "" {
-		fromKey, continueRV, err := storage.DecodeContinue(pred.Continue, key)
-		if err != nil {
-			return apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
-		}
-		snap, ok := c.snapshotAt(uint64(continueRV))
-		if !ok {
-			// Another replica's token, or one older than our snapshots:
-			// etcd serves it, or answers 410 with a fresh token.
-			return c.cfg.Storage.GetList(ctx, key, opts, listObj)
-		}
-		return c.listFrom(snap, key, opts.Recursive, &pred, fromKey, listObj)
+	if key, err = storage.PrepareKey(c.cfg.ResourcePrefix, key, opts.Recursive); err != nil {
+		return err
 	}
+	// withRev > 0 asks for the state at exactly that resourceVersion: Exact,
+	// a continue token, or the legacy "N with a limit".
+	withRev, fromKey, err := storage.ValidateListOptions(key, c.cfg.Versioner, opts)
+	if err != nil {
+		return err
+	}
+	pred := opts.Predicate
+	continuing := opts.Recursive && pred.Continue != ""
 
 	var snap snapshot
 	switch {
-	case opts.ResourceVersion == "":
+	case withRev > 0:
+		if err := c.d.waitFor(ctx, uint64(withRev), c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
+			return err
+		}
+		var ok bool
+		if snap, ok = c.snapshotAt(uint64(withRev)); !ok {
+			// Another replica's token, or a state older than our snapshots:
+			// etcd serves it, or answers 410 (with a fresh token for a continue).
+			return c.cfg.Storage.GetList(ctx, key, opts, listObj)
+		}
+	case continuing || opts.ResourceVersion == "":
+		// A consistent read; a continue token with a negative
+		// resourceVersion asks for one too, as etcd3 serves it.
 		if err := c.waitConsistent(ctx); err != nil {
 			if c.cfg.ConsistentReadFallback && apierrors.IsTooManyRequests(err) {
 				return c.cfg.Storage.GetList(ctx, key, opts, listObj)
@@ -61,15 +67,8 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 			return err
 		}
 		snap = c.store.latest()
-	case opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
-		if err := c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
-			return err
-		}
-		var ok bool
-		if snap, ok = c.snapshotAt(rv); !ok {
-			return c.cfg.Storage.GetList(ctx, key, opts, listObj)
-		}
 	default:
+		// "0", or NotOlderThan N.
 		if rv > 0 {
 			if err := c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
 				return err
@@ -77,12 +76,15 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		}
 		snap = c.store.latest()
 	}
-	if pred.Limit == 0 && snap.rv == c.store.latest().rv {
+	if !continuing {
+		fromKey = ""
+	}
+	if pred.Limit == 0 && !continuing && withRev == 0 {
 		if done, err := c.listByIndex(ctx, key, opts.Recursive, &pred, listObj); done || err != nil {
 			return err
 		}
 	}
-	return c.listFrom(snap, key, opts.Recursive, &pred, "", listObj)
+	return c.listFrom(snap, key, opts.Recursive, &pred, fromKey, listObj)
 }
 
 // snapshotAt returns the state at exactly rv, unless etcd has compacted rv
@@ -129,18 +131,21 @@ func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *stora
 		lastKey          string
 		more             bool
 	)
+	empty := pred.Empty()
 	snap.scan(key, recursive, fromKey, func(o *object) bool {
-		if !o.matches(pred) {
-			return true
-		}
 		if limit > 0 && count == limit {
+			// Anything left in range means another page, even if it may
+			// not match, as etcd3 answers.
 			more = true
-			if pred.Empty() {
+			if empty {
 				// remainingItemCount is set only without selectors, as etcd3 does.
 				remaining++
 				return true
 			}
 			return false
+		}
+		if !o.matches(pred) {
+			return true
 		}
 		items.add(o.obj)
 		count++
@@ -153,7 +158,7 @@ func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *stora
 		if continueToken, err = storage.EncodeContinue(lastKey+"\x00", key, int64(snap.rv)); err != nil {
 			return err
 		}
-		if pred.Empty() {
+		if empty {
 			remainingCount = &remaining
 		}
 	}
@@ -177,6 +182,8 @@ func newItemAppender(listObj runtime.Object) (*itemAppender, error) {
 	if v.Kind() != reflect.Slice {
 		return nil, fmt.Errorf("items of %T are not a slice", listObj)
 	}
+	// An empty list has empty, not nil, items, as etcd3 returns them.
+	v.Set(reflect.MakeSlice(v.Type(), 0, 0))
 	return &itemAppender{items: v, ptrs: v.Type().Elem().Kind() == reflect.Pointer}, nil
 }
 

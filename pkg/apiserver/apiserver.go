@@ -45,7 +45,7 @@ type CompletedConfig struct {
 // Complete fills in defaults. It mutates the receiver.
 func (cfg *Config) Complete() CompletedConfig {
 	if cfg.ExtraConfig.StorageDecorator == nil {
-		cfg.ExtraConfig.StorageDecorator = StorageDecorator(true)
+		cfg.ExtraConfig.StorageDecorator = StorageDecorator(WatchCacheOptions{Enabled: true})
 	}
 	return CompletedConfig{&completedConfig{cfg.GenericConfig.Complete(), &cfg.ExtraConfig}}
 }

@@ -4,19 +4,37 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
 )
 
+// WatchCacheOptions are the knobs of our watch cache the command line sets.
+type WatchCacheOptions struct {
+	// Enabled serves reads and watches from pkg/storage/cacher; false sends
+	// every request, watches included, to etcd.
+	Enabled bool
+	// ConsistentReadFallback sends reads to etcd when the cache is not ready
+	// or cannot catch up in time, instead of answering 429.
+	ConsistentReadFallback bool
+}
+
 // StorageDecorator returns the decorator every fleet resource's storage is
-// built with. It is the one place that chooses between the watch cache and
-// raw etcd3: with watchCache false each request, watches included, goes to
-// etcd; with it true the resource is served by pkg/storage/cacher.
+// built with. It is the one place that chooses between our watch cache and
+// raw etcd3.
 //
 // Upstream's Cacher (k8s.io/apiserver/pkg/storage/cacher) never serves
 // requests here: withDecorator replaces whatever decorator the stock etcd
 // options chose.
-func StorageDecorator(watchCache bool) generic.StorageDecorator {
-	// Until pkg/storage/cacher lands, both modes are raw etcd3.
-	return generic.UndecoratedStorage
+func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
+	if !o.Enabled {
+		return generic.UndecoratedStorage
+	}
+	return cacher.StorageDecorator(cacher.Config{
+		// Idle resources' bookmarks then carry fresh resourceVersions even
+		// against an etcd whose own progress-notify interval is long.
+		PeriodicProgressRequests: true,
+		ConsistentReadFallback:   o.ConsistentReadFallback,
+	})
 }
 
 // withDecorator overrides the decorator of every RESTOptions it hands out.

@@ -61,6 +61,10 @@ type Options struct {
 	Mode string
 	// DataDir holds the embedded etcd's data, and in standalone mode the certificates and kubeconfig.
 	DataDir string
+	// ConsistentReadFallback lets reads go to etcd when the watch cache is
+	// not ready or too far behind; --watch-cache (from the etcd options)
+	// turns the cache itself on or off.
+	ConsistentReadFallback bool
 
 	// Out receives the startup banner.
 	Out io.Writer
@@ -93,6 +97,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"authentication and authorization.")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the embedded etcd's data and, in standalone mode, "+
 		"the certificates and the kubeconfig.")
+	fs.BoolVar(&o.ConsistentReadFallback, "watch-cache-consistent-read-fallback", o.ConsistentReadFallback,
+		"Serve reads from etcd while the watch cache is initializing or cannot catch up within 3s, instead of "+
+			"answering 429 Too Many Requests. Off by default: under load the fallback moves the whole read load onto etcd.")
 	o.Recommended.AddFlags(fs)
 	o.ServerRun.AddUniversalFlags(fs)
 	o.EmbeddedEtcd.AddFlags(fs)
@@ -192,7 +199,10 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	return &apiserver.Config{
 		GenericConfig: serverConfig,
 		ExtraConfig: apiserver.ExtraConfig{
-			StorageDecorator: apiserver.StorageDecorator(o.Recommended.Etcd.EnableWatchCache),
+			StorageDecorator: apiserver.StorageDecorator(apiserver.WatchCacheOptions{
+				Enabled:                o.Recommended.Etcd.EnableWatchCache,
+				ConsistentReadFallback: o.ConsistentReadFallback,
+			}),
 		},
 	}, nil
 }

@@ -85,6 +85,7 @@ func (c *Cacher) tick(ctx context.Context) {
 			return
 		case now := <-bookmarks.C():
 			c.d.sendBookmarks(now)
+			c.d.compacted(c.cfg.Storage.CompactRevision())
 		case <-progress:
 			c.requestProgress()
 		}

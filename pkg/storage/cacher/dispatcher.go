@@ -130,6 +130,24 @@ func (d *dispatcher) progress(rv uint64) {
 	d.notifyHeadLocked()
 }
 
+// compacted drops history that etcd has compacted away, so that the cache
+// answers a watch or an exact list from before rev with 410, as etcd would.
+// etcd3's compactor keeps at least one compaction interval (5 minutes by
+// default) of history, far more than the log's window, so in practice this
+// only matters after an explicit compaction.
+func (d *dispatcher) compacted(rev int64) {
+	if rev <= 0 {
+		return
+	}
+	if since, _ := d.log.bounds(); uint64(rev) <= since {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.log.dropUpTo(uint64(rev))
+	d.store.prune(uint64(rev))
+}
+
 // reset ends every watcher and installs a fresh list, as after a relist.
 // Ended watchers' clients resume from their last resourceVersion, and get
 // 410 if it is older than the new list.

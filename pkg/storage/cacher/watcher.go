@@ -11,12 +11,12 @@ import (
 
 // watcherState is where a watcher is in the dispatcher.
 //
-//	        register                 channel full
-//	 ──────────────────▶ synced ─────────────────────▶ catchingUp
-//	   (at head)           ▲      reached the log head     │
-//	                       └───────────────────────────────┘
-//	 register (behind, or with initial events) ──────────▶ catchingUp
-//	 Stop, relist, or fell off the log ─────────────────▶ stopped
+//	       register                 channel full
+//	──────────────────▶ synced ─────────────────────▶ catchingUp
+//	  (at head)           ▲      reached the log head     │
+//	                      └───────────────────────────────┘
+//	register (behind, or with initial events) ──────────▶ catchingUp
+//	Stop, relist, or fell off the log ─────────────────▶ stopped
 type watcherState uint8
 
 const (

@@ -276,4 +276,3 @@ func createMany(t *testing.T, s *testServer, namespace, prefix string, n int) {
 		t.FailNow()
 	}
 }
-

@@ -65,7 +65,7 @@ func (c *Cacher) Stop() {
 	<-c.done
 	c.ready.set(stoppedState)
 	c.d.mu.Lock()
-	c.d.endAllLocked()
+	c.d.endAllLocked(nil)
 	c.d.mu.Unlock()
 }
 

@@ -154,17 +154,34 @@ func (d *dispatcher) compacted(rev int64) {
 func (d *dispatcher) reset(objs []*object, rv uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.endAllLocked()
+	d.endAllLocked(nil)
 	d.store.replace(objs, rv)
 	d.log.reset(rv)
 	d.notifyHeadLocked()
 }
 
-// endAllLocked closes every watcher's channel, or has its catch-up goroutine close it.
-func (d *dispatcher) endAllLocked() {
+// endAll ends every watcher after the cache lost its etcd watch. Each
+// gets a 410 if its channel has room, and its channel closes either way:
+// its position can no longer be served, and its client must re-establish.
+func (d *dispatcher) endAll(reason string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err := apierrors.NewResourceExpired(fmt.Sprintf("%s; the watch cache is re-listing, so list again", reason))
+	d.endAllLocked(&watch.Event{Type: watch.Error, Object: &err.ErrStatus})
+}
+
+// endAllLocked closes every watcher's channel, or has its catch-up
+// goroutine close it. With errEv, synced watchers with room get it first.
+func (d *dispatcher) endAllLocked(errEv *watch.Event) {
 	endSynced := func(w *watcher) {
 		w.end()
 		w.state = stopped
+		if errEv != nil {
+			select {
+			case w.ch <- *errEv:
+			default:
+			}
+		}
 		close(w.ch)
 	}
 	for _, w := range d.all {

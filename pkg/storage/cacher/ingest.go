@@ -40,6 +40,7 @@ func (c *Cacher) run(ctx context.Context) {
 			return
 		}
 		c.ready.set(pending)
+		c.d.endAll(fmt.Sprintf("the watch cache for %s lost its etcd watch: %v", c.cfg.GroupResource, err))
 		klog.InfoS("Watch cache is re-listing", "resource", c.cfg.GroupResource, "err", err)
 		select {
 		case <-ctx.Done():

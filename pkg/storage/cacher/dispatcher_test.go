@@ -1,0 +1,314 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// testDispatcher drives a dispatcher without etcd.
+type testDispatcher struct {
+	*dispatcher
+	clock *testingclock.FakeClock
+	rv    uint64
+}
+
+func newTestDispatcher(logMax int) *testDispatcher {
+	clk := testingclock.NewFakeClock(time.Unix(10_000, 0))
+	s := newStore(map[string]func(*object) []string{})
+	l := newEventLog(time.Minute, 4, logMax)
+	d := newDispatcher(s, l, storage.APIObjectVersioner{}, func() runtime.Object { return &example.Pod{} }, clk, time.Minute)
+	d.reset(nil, 1)
+	return &testDispatcher{dispatcher: d, clock: clk, rv: 1}
+}
+
+// put writes a pod with labels and node name, as ingest would.
+func (d *testDispatcher) put(name string, lbls map[string]string, node string) {
+	d.rv++
+	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: lbls,
+		ResourceVersion: fmt.Sprint(d.rv)}, Spec: example.PodSpec{NodeName: node}}
+	o := &object{key: "/pods/ns/" + name, obj: pod, co: newCachingObject(pod), labels: lbls,
+		fields: fields.Set{"spec.nodeName": node}, rv: d.rv, trigger: node}
+	prev, _ := d.store.get(o.key)
+	typ := watch.Added
+	if prev != nil {
+		typ = watch.Modified
+	}
+	d.process(&event{typ: typ, key: o.key, rv: d.rv, cur: o, prev: prev, recorded: d.clock.Now()})
+}
+
+func (d *testDispatcher) del(name string) {
+	d.rv++
+	prev, _ := d.store.get("/pods/ns/" + name)
+	gone := prev.obj.DeepCopyObject().(*example.Pod)
+	gone.ResourceVersion = fmt.Sprint(d.rv)
+	cur := &object{key: prev.key, obj: gone, co: newCachingObject(gone), labels: prev.labels, fields: prev.fields, rv: d.rv, trigger: prev.trigger}
+	d.process(&event{typ: watch.Deleted, key: prev.key, rv: d.rv, cur: cur, prev: prev, recorded: d.clock.Now()})
+}
+
+func (d *testDispatcher) watch(t *testing.T, pred storage.SelectionPredicate, buffer int, trigger string) *watcher {
+	t.Helper()
+	w := &watcher{d: d.dispatcher, key: "/pods/", recursive: true, pred: pred,
+		ch: make(chan watch.Event, buffer), done: make(chan struct{})}
+	if trigger != "" {
+		w.trigger, w.hasTrigger = trigger, true
+	}
+	if _, err := d.register(w, false, false, false, d.rv); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return w
+}
+
+type got struct {
+	typ  watch.EventType
+	name string
+	rv   string
+}
+
+func receive(t *testing.T, w watch.Interface, n int) []got {
+	t.Helper()
+	var out []got
+	for len(out) < n {
+		select {
+		case e, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("watch closed after %v", out)
+			}
+			if e.Type == watch.Error {
+				out = append(out, got{typ: e.Type})
+				continue
+			}
+			m := e.Object.(metav1.Object)
+			out = append(out, got{e.Type, m.GetName(), m.GetResourceVersion()})
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d of %d events: %v", len(out), n, out)
+		}
+	}
+	return out
+}
+
+func expectNothing(t *testing.T, w *watcher) {
+	t.Helper()
+	select {
+	case e := <-w.ch:
+		t.Fatalf("unexpected event %s %v", e.Type, e.Object)
+	default:
+	}
+}
+
+func TestSelectorTransitions(t *testing.T) {
+	d := newTestDispatcher(100)
+	sel := storage.SelectionPredicate{Label: labels.SelectorFromSet(labels.Set{"app": "web"}), Field: fields.Everything()}
+	w := d.watch(t, sel, 16, "")
+	web, db := map[string]string{"app": "web"}, map[string]string{"app": "db"}
+
+	d.put("p", db, "")  // 2: never matched: nothing
+	d.put("p", web, "") // 3: enters: ADDED
+	d.put("p", web, "") // 4: stays: MODIFIED
+	d.put("p", db, "")  // 5: leaves: DELETED with the previous state at rv 5
+	d.put("p", web, "") // 6: comes back: ADDED
+	d.del("p")          // 7: deleted while matching: DELETED at rv 7
+	d.put("q", db, "")  // 8
+	d.del("q")          // 9: deleted while not matching: nothing
+
+	want := []got{
+		{watch.Added, "p", "3"}, {watch.Modified, "p", "4"}, {watch.Deleted, "p", "5"},
+		{watch.Added, "p", "6"}, {watch.Deleted, "p", "7"},
+	}
+	if g := receive(t, w, len(want)); fmt.Sprint(g) != fmt.Sprint(want) {
+		t.Fatalf("got %v, want %v", g, want)
+	}
+	expectNothing(t, w)
+	// The leaving object keeps its previous (matching) labels.
+	d.put("r", web, "")
+	d.put("r", db, "")
+	receive(t, w, 1)
+	e := <-w.ch
+	if e.Type != watch.Deleted || e.Object.(metav1.Object).GetLabels()["app"] != "web" {
+		t.Fatalf("leaving event %s carries labels %v, want the previous app=web", e.Type, e.Object.(metav1.Object).GetLabels())
+	}
+}
+
+func TestTriggerIndex(t *testing.T) {
+	d := newTestDispatcher(100)
+	onNode := func(n string) storage.SelectionPredicate {
+		return storage.SelectionPredicate{Label: labels.Everything(), Field: fields.OneTermEqualSelector("spec.nodeName", n)}
+	}
+	a := d.watch(t, onNode("node-a"), 16, "node-a")
+	b := d.watch(t, onNode("node-b"), 16, "node-b")
+	all := d.watch(t, storage.Everything, 16, "")
+
+	d.mu.Lock()
+	lists := fmt.Sprintf("all=%d node-a=%d node-b=%d", len(d.all), len(d.byTrigger["node-a"]), len(d.byTrigger["node-b"]))
+	d.mu.Unlock()
+	if lists != "all=1 node-a=1 node-b=1" {
+		t.Fatalf("watcher lists: %s", lists)
+	}
+
+	d.put("p", nil, "node-a")
+	if g := receive(t, a, 1); g[0].typ != watch.Added {
+		t.Fatalf("node-a watcher got %v", g)
+	}
+	receive(t, all, 1)
+	expectNothing(t, b)
+
+	// Moving an object from node-a to node-b tells both.
+	d.put("p", nil, "node-b")
+	if g := receive(t, a, 1); g[0].typ != watch.Deleted {
+		t.Fatalf("node-a watcher got %v, want DELETED", g)
+	}
+	if g := receive(t, b, 1); g[0].typ != watch.Added {
+		t.Fatalf("node-b watcher got %v, want ADDED", g)
+	}
+
+	// Stopping removes watchers from their lists.
+	a.Stop()
+	b.Stop()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.byTrigger) != 0 {
+		t.Fatalf("stopped watchers left in the trigger index: %v", d.byTrigger)
+	}
+}
+
+func TestSlowWatcherCatchesUp(t *testing.T) {
+	d := newTestDispatcher(1000)
+	slow := d.watch(t, storage.Everything, 1, "")
+	fast := d.watch(t, storage.Everything, 1000, "")
+	const n = 200
+	for i := 0; i < n; i++ {
+		d.put(fmt.Sprintf("p%03d", i), nil, "")
+	}
+	// The fast watcher got every event without waiting for the slow one.
+	if g := receive(t, fast, n); g[n-1].name != "p199" {
+		t.Fatalf("fast watcher's last event: %v", g[n-1])
+	}
+	d.mu.Lock()
+	_, lagging := d.lagging[slow]
+	d.mu.Unlock()
+	if !lagging {
+		t.Fatal("a watcher with a full channel must be catching up")
+	}
+	// The slow one gets them all too, in order, from the log.
+	g := receive(t, slow, n)
+	for i, e := range g {
+		if want := fmt.Sprintf("p%03d", i); e.name != want || e.typ != watch.Added {
+			t.Fatalf("slow watcher event %d: %v, want ADDED %s", i, e, want)
+		}
+	}
+	// Once caught up it is synced again and gets new events directly.
+	// Nothing signals the move back, so poll for it.
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return slow.state == synced, nil
+	})
+	if err != nil {
+		t.Fatal("caught-up watcher never synced")
+	}
+	d.put("late", nil, "")
+	if g := receive(t, slow, 1); g[0].name != "late" {
+		t.Fatalf("after catching up got %v", g)
+	}
+}
+
+func TestWatcherFallsOffTheLog(t *testing.T) {
+	d := newTestDispatcher(8)
+	slow := d.watch(t, storage.Everything, 1, "")
+	for i := 0; i < 30; i++ {
+		d.put(fmt.Sprintf("p%02d", i), nil, "")
+	}
+	// It receives what it can, then a 410, then the channel closes.
+	var last watch.Event
+	for e := range slow.ResultChan() {
+		last = e
+	}
+	status, ok := last.Object.(*metav1.Status)
+	if last.Type != watch.Error || !ok || status.Code != 410 || status.Reason != metav1.StatusReasonExpired {
+		t.Fatalf("last event %s %#v, want a 410 Expired error", last.Type, last.Object)
+	}
+}
+
+func TestWatchFromTooOldResourceVersion(t *testing.T) {
+	d := newTestDispatcher(4)
+	for i := 0; i < 10; i++ {
+		d.put(fmt.Sprintf("p%d", i), nil, "")
+	}
+	w := &watcher{d: d.dispatcher, key: "/pods/", recursive: true, pred: storage.Everything,
+		ch: make(chan watch.Event, 4), done: make(chan struct{})}
+	wi, err := d.register(w, false, false, false, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := <-wi.ResultChan()
+	if status, ok := e.Object.(*metav1.Status); e.Type != watch.Error || !ok || status.Code != 410 {
+		t.Fatalf("got %s %v, want a 410 error", e.Type, e.Object)
+	}
+	if _, open := <-wi.ResultChan(); open {
+		t.Fatal("the watch must end after the error")
+	}
+}
+
+func TestBookmarks(t *testing.T) {
+	d := newTestDispatcher(100)
+	pred := storage.Everything
+	pred.AllowWatchBookmarks = true
+	w := d.watch(t, pred, 16, "")
+	d.put("p", nil, "")
+	receive(t, w, 1)
+	d.progress(42)
+
+	d.clock.Step(59 * time.Second)
+	d.sendBookmarks(d.clock.Now())
+	expectNothing(t, w)
+
+	d.clock.Step(2 * time.Second)
+	d.sendBookmarks(d.clock.Now())
+	e := <-w.ch
+	if rv := e.Object.(metav1.Object).GetResourceVersion(); e.Type != watch.Bookmark || rv != "42" {
+		t.Fatalf("got %s at %s, want a BOOKMARK at the head, 42", e.Type, rv)
+	}
+	// The next one is a minute later.
+	d.clock.Step(30 * time.Second)
+	d.sendBookmarks(d.clock.Now())
+	expectNothing(t, w)
+	d.clock.Step(31 * time.Second)
+	d.sendBookmarks(d.clock.Now())
+	if e := <-w.ch; e.Type != watch.Bookmark {
+		t.Fatalf("got %s, want the second BOOKMARK", e.Type)
+	}
+}
+
+func TestNextBookmarkTime(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tests := []struct {
+		name     string
+		deadline time.Time
+		want     time.Time
+	}{
+		{name: "no deadline", want: now.Add(time.Minute)},
+		{name: "far deadline", deadline: now.Add(10 * time.Minute), want: now.Add(time.Minute)},
+		{name: "near deadline", deadline: now.Add(10 * time.Second), want: now.Add(8 * time.Second)},
+		{name: "deadline too close", deadline: now.Add(time.Second), want: time.Time{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nextBookmarkTime(now, tc.deadline, time.Minute); !got.Equal(tc.want) {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+

@@ -1,0 +1,116 @@
+package cacher
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func ev(rv uint64, at time.Time) *event { return &event{rv: rv, recorded: at} }
+
+func rvs(events []*event) []uint64 {
+	out := make([]uint64, len(events))
+	for i, e := range events {
+		out[i] = e.rv
+	}
+	return out
+}
+
+func TestEventLog(t *testing.T) {
+	start := time.Unix(1000, 0)
+	tests := []struct {
+		name         string
+		min, max     int
+		window       time.Duration
+		appends      []time.Duration // offsets from start; rv is index+11
+		since        uint64          // argument of after
+		wantEvents   []uint64
+		wantOK       bool
+		wantCapacity int
+		wantSince    uint64
+	}{
+		{
+			name: "empty log serves its start", min: 4, max: 8, window: time.Minute,
+			since: 10, wantEvents: nil, wantOK: true, wantCapacity: 4, wantSince: 10,
+		},
+		{
+			name: "after returns newer events in order", min: 4, max: 8, window: time.Minute,
+			appends: []time.Duration{0, 1, 2}, since: 11, wantEvents: []uint64{12, 13}, wantOK: true, wantCapacity: 4, wantSince: 10,
+		},
+		{
+			name: "grows while the oldest event is in the window", min: 2, max: 8, window: time.Minute,
+			appends: []time.Duration{0, 1, 2, 3, 4}, since: 10, wantEvents: []uint64{11, 12, 13, 14, 15}, wantOK: true,
+			wantCapacity: 8, wantSince: 10,
+		},
+		{
+			name: "wraps around at the maximum and reports too old", min: 2, max: 4, window: time.Minute,
+			appends: []time.Duration{0, 1, 2, 3, 4, 5}, since: 11, wantOK: false, wantCapacity: 4, wantSince: 12,
+		},
+		{
+			name: "serves from the new start after wrapping", min: 2, max: 4, window: time.Minute,
+			appends: []time.Duration{0, 1, 2, 3, 4, 5}, since: 12, wantEvents: []uint64{13, 14, 15, 16}, wantOK: true,
+			wantCapacity: 4, wantSince: 12,
+		},
+		{
+			name: "does not grow past the window", min: 2, max: 8, window: time.Second,
+			appends: []time.Duration{0, 10 * time.Second, 20 * time.Second}, since: 12, wantEvents: []uint64{13}, wantOK: true,
+			wantCapacity: 2, wantSince: 11,
+		},
+		{
+			name: "shrinks when most events are outside the window", min: 2, max: 16, window: 5 * time.Second,
+			// Eight events in a burst grow the ring to 8; a later event, with
+			// only itself inside the window, halves it.
+			appends: []time.Duration{0, 0, 0, 0, 0, 0, 0, 0, time.Minute}, since: 17, wantEvents: []uint64{18, 19}, wantOK: true,
+			wantCapacity: 4, wantSince: 11,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newEventLog(tc.window, tc.min, tc.max)
+			l.reset(10)
+			for i, off := range tc.appends {
+				l.append(ev(uint64(i+11), start.Add(off)))
+			}
+			events, ok := l.after(tc.since, 100)
+			if ok != tc.wantOK {
+				t.Fatalf("after(%d) ok = %v, want %v", tc.since, ok, tc.wantOK)
+			}
+			if got := rvs(events); !slices.Equal(got, tc.wantEvents) {
+				t.Fatalf("after(%d) = %v, want %v", tc.since, got, tc.wantEvents)
+			}
+			if l.capacity() != tc.wantCapacity {
+				t.Errorf("capacity = %d, want %d", l.capacity(), tc.wantCapacity)
+			}
+			if since, _ := l.bounds(); since < tc.wantSince {
+				t.Errorf("since = %d, want at least %d", since, tc.wantSince)
+			}
+		})
+	}
+}
+
+func TestEventLogAfterLimitAndProgress(t *testing.T) {
+	l := newEventLog(time.Minute, 4, 4)
+	l.reset(5)
+	l.advance(9)
+	if since, head := l.bounds(); since != 9 || head != 9 {
+		t.Fatalf("progress on an empty log: since=%d head=%d, want 9 9", since, head)
+	}
+	now := time.Now()
+	for rv := uint64(10); rv <= 12; rv++ {
+		l.append(ev(rv, now))
+	}
+	l.advance(20)
+	if since, head := l.bounds(); since != 9 || head != 20 {
+		t.Fatalf("progress with events: since=%d head=%d, want 9 20", since, head)
+	}
+	if got, _ := l.after(9, 2); !slices.Equal(rvs(got), []uint64{10, 11}) {
+		t.Fatalf("after with limit 2 = %v", rvs(got))
+	}
+	l.dropUpTo(11)
+	if got, ok := l.after(11, 10); !ok || !slices.Equal(rvs(got), []uint64{12}) {
+		t.Fatalf("after dropUpTo(11): %v %v", rvs(got), ok)
+	}
+	if _, ok := l.after(10, 10); ok {
+		t.Fatal("a cursor before dropped events must be too old")
+	}
+}

@@ -311,4 +311,3 @@ func TestNextBookmarkTime(t *testing.T) {
 		})
 	}
 }
-

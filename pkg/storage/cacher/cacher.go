@@ -19,11 +19,12 @@ import (
 // and passes writes to the store it wraps. It keeps one watch on that store,
 // however many clients watch.
 type Cacher struct {
-	cfg   Config
-	store *store
-	log   *eventLog
-	d     *dispatcher
-	ready *readiness
+	cfg     Config
+	metrics *cacheMetrics
+	store   *store
+	log     *eventLog
+	d       *dispatcher
+	ready   *readiness
 
 	stop context.CancelFunc
 	// done is closed when the ingest loop has exited.
@@ -45,10 +46,10 @@ func New(cfg Config) (*Cacher, error) {
 	if err := cfg.complete(); err != nil {
 		return nil, err
 	}
-	c := &Cacher{cfg: cfg, ready: newReadiness(), done: make(chan struct{})}
+	c := &Cacher{cfg: cfg, metrics: newCacheMetrics(cfg.GroupResource), ready: newReadiness(), done: make(chan struct{})}
 	c.store = newStore(c.indexFuncs())
 	c.log = newEventLog(cfg.HistoryWindow, cfg.MinHistorySize, cfg.MaxHistorySize)
-	c.d = newDispatcher(c.store, c.log, cfg.Versioner, cfg.NewFunc, cfg.Clock, cfg.BookmarkFrequency)
+	c.d = newDispatcher(c.store, c.log, cfg.Versioner, cfg.NewFunc, cfg.Clock, cfg.BookmarkFrequency, c.metrics)
 	if err := cfg.Storage.EnableResourceSizeEstimation(c.keys); err != nil {
 		return nil, fmt.Errorf("enabling size estimation for %s: %w", cfg.GroupResource, err)
 	}
@@ -86,6 +87,7 @@ func (c *Cacher) tick(ctx context.Context) {
 		case now := <-bookmarks.C():
 			c.d.sendBookmarks(now)
 			c.d.compacted(c.cfg.Storage.CompactRevision())
+			c.d.recordGauges()
 		case <-progress:
 			c.requestProgress()
 		}

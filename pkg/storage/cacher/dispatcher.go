@@ -40,6 +40,7 @@ type dispatcher struct {
 	versioner storage.Versioner
 	newFunc   func() runtime.Object
 	clock     clock.Clock
+	metrics   *cacheMetrics
 	// bookmarkFrequency is how often a watcher that asked for bookmarks gets one.
 	bookmarkFrequency time.Duration
 
@@ -64,9 +65,9 @@ type dispatcher struct {
 }
 
 func newDispatcher(s *store, l *eventLog, versioner storage.Versioner, newFunc func() runtime.Object,
-	clk clock.Clock, bookmarkFrequency time.Duration) *dispatcher {
+	clk clock.Clock, bookmarkFrequency time.Duration, m *cacheMetrics) *dispatcher {
 	return &dispatcher{
-		store: s, log: l, versioner: versioner, newFunc: newFunc, clock: clk,
+		store: s, log: l, versioner: versioner, newFunc: newFunc, clock: clk, metrics: m,
 		bookmarkFrequency:  bookmarkFrequency,
 		byTrigger:          map[string][]*watcher{},
 		lagging:            map[*watcher]struct{}{},
@@ -98,7 +99,9 @@ func (d *dispatcher) process(e *event) {
 	}
 	for _, w := range d.parkBuf {
 		d.parkLocked(w, prevHead)
+		d.metrics.parked.Inc()
 	}
+	d.metrics.eventsDispatched.Inc()
 	clear(d.parkBuf)
 	d.parkBuf = d.parkBuf[:0]
 	d.notifyHeadLocked()
@@ -173,7 +176,10 @@ func (d *dispatcher) endAll(reason string) {
 // endAllLocked closes every watcher's channel, or has its catch-up
 // goroutine close it. With errEv, synced watchers with room get it first.
 func (d *dispatcher) endAllLocked(errEv *watch.Event) {
+	ended := 0
+	defer func() { d.metrics.terminated.Add(float64(ended)) }()
 	endSynced := func(w *watcher) {
+		ended++
 		w.end()
 		w.state = stopped
 		if errEv != nil {
@@ -193,6 +199,7 @@ func (d *dispatcher) endAllLocked(errEv *watch.Event) {
 		}
 	}
 	for w := range d.lagging {
+		ended++
 		w.end()
 	}
 	d.all = nil
@@ -202,6 +209,23 @@ func (d *dispatcher) endAllLocked(errEv *watch.Event) {
 func (d *dispatcher) notifyHeadLocked() {
 	close(d.headCh)
 	d.headCh = make(chan struct{})
+}
+
+// recordGauges updates the watcher and memory gauges.
+func (d *dispatcher) recordGauges() {
+	d.mu.Lock()
+	synced := len(d.all)
+	for _, list := range d.byTrigger {
+		synced += len(list)
+	}
+	lagging := len(d.lagging)
+	d.mu.Unlock()
+	_, snapshots := d.store.stats()
+	d.metrics.synced.Set(float64(synced))
+	d.metrics.lagging.Set(float64(lagging))
+	d.metrics.snapshots.Set(float64(snapshots))
+	d.metrics.history.Set(float64(d.log.len()))
+	d.metrics.capacity.Set(float64(d.log.capacity()))
 }
 
 // headChanged returns a channel closed when the head next moves.
@@ -326,13 +350,16 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 	if init != nil && !d.sendInitial(w, init) {
 		return
 	}
+	replayed := 0
 	for {
 		events, ok := d.log.after(w.cursor, catchUpBatch)
 		if !ok {
 			since, _ := d.log.bounds()
 			w.send(tooOld(w.cursor, since))
+			d.metrics.terminated.Inc()
 			return
 		}
+		replayed += len(events)
 		for _, e := range events {
 			if w.covers(e.key) {
 				if ev, ok := e.forWatcher(&w.pred, d.versioner); ok && !w.send(ev) {
@@ -345,6 +372,7 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 			continue
 		}
 		if d.trySync(w) {
+			d.metrics.lag.Observe(float64(replayed))
 			return
 		}
 	}
@@ -352,12 +380,15 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 
 func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 	ok := true
+	sent := 0
 	init.snap.scan(w.key, w.recursive, "", func(o *object) bool {
 		if o.matches(&w.pred) {
 			ok = w.send(watch.Event{Type: watch.Added, Object: o.co})
+			sent++
 		}
 		return ok
 	})
+	d.metrics.initEvents.Add(float64(sent))
 	if ok && init.endBookmark {
 		ok = w.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.rv, true)})
 	}
@@ -423,6 +454,8 @@ func (d *dispatcher) waitFor(ctx context.Context, rv uint64, timeout time.Durati
 	if _, head := d.log.bounds(); head >= rv {
 		return nil
 	}
+	start := d.clock.Now()
+	defer func() { d.metrics.readWait.Observe(d.clock.Since(start).Seconds()) }()
 	deadline := d.clock.NewTimer(timeout)
 	defer deadline.Stop()
 	retry := d.clock.NewTimer(0)

@@ -10,10 +10,12 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -28,7 +30,8 @@ func newTestDispatcher(logMax int) *testDispatcher {
 	clk := testingclock.NewFakeClock(time.Unix(10_000, 0))
 	s := newStore(map[string]func(*object) []string{})
 	l := newEventLog(time.Minute, 4, logMax)
-	d := newDispatcher(s, l, storage.APIObjectVersioner{}, func() runtime.Object { return &example.Pod{} }, clk, time.Minute)
+	d := newDispatcher(s, l, storage.APIObjectVersioner{}, func() runtime.Object { return &example.Pod{} }, clk, time.Minute,
+		newCacheMetrics(schema.GroupResource{Resource: "pods"}))
 	d.reset(nil, 1)
 	return &testDispatcher{dispatcher: d, clock: clk, rv: 1}
 }
@@ -185,6 +188,10 @@ func TestTriggerIndex(t *testing.T) {
 
 func TestSlowWatcherCatchesUp(t *testing.T) {
 	d := newTestDispatcher(1000)
+	parkedBefore, err := testutil.GetCounterMetricValue(d.metrics.parked)
+	if err != nil {
+		t.Fatal(err)
+	}
 	slow := d.watch(t, storage.Everything, 1, "")
 	fast := d.watch(t, storage.Everything, 1000, "")
 	const n = 200
@@ -201,6 +208,9 @@ func TestSlowWatcherCatchesUp(t *testing.T) {
 	if !lagging {
 		t.Fatal("a watcher with a full channel must be catching up")
 	}
+	if parked, _ := testutil.GetCounterMetricValue(d.metrics.parked); parked <= parkedBefore {
+		t.Fatalf("cached_apiserver_watch_cache_parked_watchers_total stayed at %v", parked)
+	}
 	// The slow one gets them all too, in order, from the log.
 	g := receive(t, slow, n)
 	for i, e := range g {
@@ -210,7 +220,7 @@ func TestSlowWatcherCatchesUp(t *testing.T) {
 	}
 	// Once caught up it is synced again and gets new events directly.
 	// Nothing signals the move back, so poll for it.
-	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		return slow.state == synced, nil

@@ -30,8 +30,13 @@ func (c *Cacher) run(ctx context.Context) {
 	defer close(c.done)
 	delay := minRetryDelay
 	for ctx.Err() == nil {
+		start := c.cfg.Clock.Now()
 		rv, err := c.list(ctx)
-		if err == nil {
+		if err != nil {
+			c.metrics.initErrors.Inc()
+		} else {
+			c.metrics.initializations.Inc()
+			c.metrics.initDuration.Observe(c.cfg.Clock.Since(start).Seconds())
 			c.ready.set(ready)
 			delay = minRetryDelay
 			err = c.watch(ctx, rv)
@@ -140,6 +145,8 @@ func (c *Cacher) ingest(ev watch.Event) error {
 	if err != nil {
 		return err
 	}
+	c.metrics.eventsReceived.Inc()
+	c.metrics.resourceVersion(o.rv)
 	prev, _ := c.store.get(o.key)
 	e := &event{key: o.key, rv: o.rv, cur: o, prev: prev, recorded: c.cfg.Clock.Now()}
 	switch {

@@ -61,11 +61,14 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		// A consistent read; a continue token with a negative
 		// resourceVersion asks for one too, as etcd3 serves it.
 		if err := c.waitConsistent(ctx); err != nil {
-			if c.cfg.ConsistentReadFallback && apierrors.IsTooManyRequests(err) {
+			fallback := c.cfg.ConsistentReadFallback && apierrors.IsTooManyRequests(err)
+			c.metrics.consistentRead(false, fallback)
+			if fallback {
 				return c.cfg.Storage.GetList(ctx, key, opts, listObj)
 			}
 			return err
 		}
+		c.metrics.consistentRead(true, false)
 		snap = c.store.latest()
 	default:
 		// "0", or NotOlderThan N.
@@ -108,11 +111,14 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 		if err != nil {
 			return true, err
 		}
+		returned := 0
 		for _, o := range objs {
 			if (recursive && len(o.key) >= len(key) && o.key[:len(key)] == key || o.key == key) && o.matches(pred) {
 				items.add(o.obj)
+				returned++
 			}
 		}
+		c.metrics.list(m.IndexName, len(objs), returned)
 		return true, c.cfg.Versioner.UpdateList(listObj, rv, "", nil)
 	}
 	return false, nil
@@ -128,6 +134,7 @@ func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *stora
 	limit := pred.Limit
 	var (
 		count, remaining int64
+		fetched          int
 		lastKey          string
 		more             bool
 	)
@@ -144,6 +151,7 @@ func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *stora
 			}
 			return false
 		}
+		fetched++
 		if !o.matches(pred) {
 			return true
 		}
@@ -152,6 +160,7 @@ func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *stora
 		lastKey = o.key
 		return true
 	})
+	c.metrics.list("", fetched, int(count))
 	var continueToken string
 	var remainingCount *int64
 	if more {

@@ -1,0 +1,108 @@
+package cacher
+
+import (
+	"strconv"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
+	compbasemetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// The cache reports under upstream's watch-cache metric names, which the
+// generic server registers (k8s.io/apiserver/pkg/storage/cacher/metrics),
+// so that kube-apiserver dashboards and alerts work unchanged. Only what
+// upstream has no name for gets a cached_apiserver_ metric, registered here.
+var (
+	watchersGauge = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "watchers",
+		Help:           "Open watchers, by whether they are synced (fed directly) or catching up from the event log.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource", "state"})
+	parkedCounter = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "parked_watchers_total",
+		Help:           "Watchers whose channel was full, moved to catch up from the event log instead of being closed.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	catchUpLagEvents = compbasemetrics.NewHistogramVec(&compbasemetrics.HistogramOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "catch_up_events",
+		Help:           "Events a watcher read from the event log in one catch-up, before it was synced again.",
+		Buckets:        compbasemetrics.ExponentialBuckets(1, 4, 10),
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	snapshotsGauge = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "snapshots",
+		Help:           "Point-in-time snapshots held for exact-resourceVersion lists and pagination.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	historyEventsGauge = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "history_events",
+		Help:           "Events held in the event log.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+
+	registerOnce sync.Once
+)
+
+func registerMetrics() {
+	registerOnce.Do(func() {
+		// Upstream's names are registered by the generic server; registering
+		// here too makes them work for a cache used without one, as in tests.
+		upstream.Register()
+		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge)
+	})
+}
+
+// cacheMetrics are one resource's metrics, with label values bound once.
+type cacheMetrics struct {
+	gr               schema.GroupResource
+	eventsReceived   compbasemetrics.CounterMetric
+	eventsDispatched compbasemetrics.CounterMetric
+	initEvents       compbasemetrics.CounterMetric
+	terminated       compbasemetrics.CounterMetric
+	initializations  compbasemetrics.CounterMetric
+	initErrors       compbasemetrics.CounterMetric
+	initDuration     compbasemetrics.ObserverMetric
+	readWait         compbasemetrics.ObserverMetric
+	parked           compbasemetrics.CounterMetric
+	lag              compbasemetrics.ObserverMetric
+	synced, lagging  compbasemetrics.GaugeMetric
+	snapshots        compbasemetrics.GaugeMetric
+	history          compbasemetrics.GaugeMetric
+	capacity         compbasemetrics.GaugeMetric
+}
+
+func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
+	registerMetrics()
+	g, r := gr.Group, gr.Resource
+	return &cacheMetrics{
+		gr:               gr,
+		eventsReceived:   upstream.EventsReceivedCounter.WithLabelValues(g, r),
+		eventsDispatched: upstream.EventsCounter.WithLabelValues(g, r),
+		initEvents:       upstream.InitCounter.WithLabelValues(g, r),
+		terminated:       upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
+		initializations:  upstream.WatchCacheInitializations.WithLabelValues(g, r),
+		initErrors:       upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),
+		initDuration:     upstream.WatchCacheInitializationDuration.WithLabelValues(g, r),
+		readWait:         upstream.WatchCacheReadWait.WithLabelValues(g, r),
+		parked:           parkedCounter.WithLabelValues(g, r),
+		lag:              catchUpLagEvents.WithLabelValues(g, r),
+		synced:           watchersGauge.WithLabelValues(g, r, "synced"),
+		lagging:          watchersGauge.WithLabelValues(g, r, "catching_up"),
+		snapshots:        snapshotsGauge.WithLabelValues(g, r),
+		history:          historyEventsGauge.WithLabelValues(g, r),
+		capacity:         upstream.WatchCacheCapacity.WithLabelValues(g, r),
+	}
+}
+
+func (m *cacheMetrics) consistentRead(success, fallback bool) {
+	upstream.ConsistentReadTotal.WithLabelValues(m.gr.Group, m.gr.Resource,
+		strconv.FormatBool(success), strconv.FormatBool(fallback)).Inc()
+}
+
+func (m *cacheMetrics) list(index string, fetched, returned int) {
+	upstream.RecordListCacheMetrics(m.gr, index, fetched, returned)
+}
+
+func (m *cacheMetrics) resourceVersion(rv uint64) { upstream.RecordResourceVersion(m.gr, rv) }

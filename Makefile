@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build run test test-unit test-race test-integration generate verify bench clean
+.PHONY: all build run kubectl test test-unit test-race test-integration generate verify bench clean
 
 all: build
 
@@ -15,6 +15,10 @@ build:
 
 run: build
 	$(BIN)/cached-apiserver
+
+## kubectl: build upstream kubectl (k8s.io/kubectl, pinned in go.mod) into bin/.
+kubectl:
+	hack/build-kubectl.sh
 
 ## test: every unit and integration test, with -race on the watch cache.
 test: test-unit test-race test-integration

@@ -108,6 +108,10 @@ func (c *testCacher) UpdatePrefixTransformer(modify storagetesting.PrefixTransfo
 }
 
 type setupOptions struct {
+	// wrap wraps the etcd3 store, for fault injection.
+	wrap func(storage.Interface) storage.Interface
+	// config adjusts the cacher's Config.
+	config        func(*Config)
 	clusterScoped bool
 	indexes       bool
 	transformer   value.Transformer
@@ -155,8 +159,12 @@ func newTestCacher(t *testing.T, opts ...setupOption) *testCacher {
 	if o.clusterScoped {
 		keyFunc = func(obj runtime.Object) (string, error) { return storage.NoNamespaceKeyFunc("/pods/", obj) }
 	}
+	var wrapped storage.Interface = raw
+	if o.wrap != nil {
+		wrapped = o.wrap(raw)
+	}
 	cfg := Config{
-		Storage:        raw,
+		Storage:        wrapped,
 		GroupResource:  schema.GroupResource{Resource: "pods"},
 		ResourcePrefix: "/pods/",
 		KeyFunc:        keyFunc,
@@ -177,12 +185,17 @@ func newTestCacher(t *testing.T, opts ...setupOption) *testCacher {
 			},
 		}
 	}
+	if o.config != nil {
+		o.config(&cfg)
+	}
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Stop)
-	waitReady(t, c)
+	if o.wrap == nil {
+		waitReady(t, c)
+	}
 	return &testCacher{
 		Cacher: c, client: server.V3Client.Client, transformer: transformer,
 		recorder: server.V3Client.Kubernetes.(*storagetesting.KubernetesRecorder),

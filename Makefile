@@ -32,6 +32,12 @@ test-race:
 test-integration:
 	$(GO) test $(TEST_FLAGS) ./test/integration/...
 
+## bench: the short comparison with upstream's Cacher and raw etcd3 (a few minutes).
+## docs/benchmarks.md has the full set and how to reproduce it.
+BENCH_FILTER ?= BenchmarkFanOut$$/watchers=1000$$|BenchmarkFanOutFixedRate/watchers=1000$$|BenchmarkSlowWatchers|BenchmarkSelectiveWatchers/watchers=1000$$|BenchmarkIdleWatcherMemory
+bench:
+	$(GO) test -run '^$$' -bench '$(BENCH_FILTER)' -benchtime=1x -timeout 30m ./pkg/storage/cacher/ | grep -E '^(Benchmark|ok|FAIL)'
+
 generate:
 	hack/update-codegen.sh
 

@@ -95,16 +95,18 @@ type testCacher struct {
 }
 
 // UpdatePrefixTransformer implements storagetesting.InterfaceWithPrefixTransformer.
+// The modifier gets a fresh transformer equal to withPrefixTransformer's:
+// copying the live one would race with its read counter, which our ingest
+// updates concurrently.
 func (c *testCacher) UpdatePrefixTransformer(modify storagetesting.PrefixTransformerModifier) func() {
 	original := c.transformer.get()
-	prefix, ok := original.(*storagetesting.PrefixTransformer)
-	if !ok {
-		panic(fmt.Sprintf("transformer is %T, not a PrefixTransformer", original))
-	}
-	copied := *prefix
-	modified := modify(&copied)
+	modified := modify(newTestPrefixTransformer())
 	c.transformer.current.Store(&modified)
 	return func() { c.transformer.current.Store(&original) }
+}
+
+func newTestPrefixTransformer() *storagetesting.PrefixTransformer {
+	return storagetesting.NewPrefixTransformer([]byte("test!"), false)
 }
 
 type setupOptions struct {
@@ -128,13 +130,13 @@ func withCodec(c runtime.Codec) setupOption { return func(o *setupOptions) { o.c
 // as etcd3's own tests do: some functions write a prefix with trailing
 // whitespace, which only a JSON decoder tolerates.
 func withPrefixTransformer(o *setupOptions) {
-	o.transformer = storagetesting.NewPrefixTransformer([]byte("test!"), false)
+	o.transformer = newTestPrefixTransformer()
 	o.codec = codecs.LegacyCodec(examplev1.SchemeGroupVersion)
 }
 
 // newTestCacher starts etcd, an etcd3 store and our cacher over it, and
 // waits until the cacher is ready.
-func newTestCacher(t *testing.T, opts ...setupOption) *testCacher {
+func newTestCacher(t testing.TB, opts ...setupOption) *testCacher {
 	t.Helper()
 	o := setupOptions{transformer: identity.NewEncryptCheckTransformer(), codec: examplev1Blob}
 	for _, opt := range opts {
@@ -202,7 +204,7 @@ func newTestCacher(t *testing.T, opts ...setupOption) *testCacher {
 	}
 }
 
-func waitReady(t *testing.T, c *Cacher) {
+func waitReady(t testing.TB, c *Cacher) {
 	t.Helper()
 	for {
 		state, changed := c.ready.get()

@@ -1,0 +1,377 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	apiruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+	upstreamcacher "k8s.io/apiserver/pkg/storage/cacher"
+	"k8s.io/apiserver/pkg/storage/etcd3"
+	etcd3testing "k8s.io/apiserver/pkg/storage/etcd3/testing"
+	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// The fan-out benchmarks compare our cacher with upstream's Cacher (used
+// here only as the comparison) and raw etcd3, over the same embedded etcd in
+// one run. Each reports, per implementation:
+//
+//	delivered/s     events delivered to watchers per second of the run
+//	p50-ms p99-ms   latency from a write returning to a watcher receiving it
+//	max-ms
+//	closed          watchers closed before they received every event
+//	cpu-us/event    process CPU (user+sys) per delivered event
+//
+// etcd, the writer and the consumers share the process, so CPU figures
+// include them; they are the same for every implementation, so the ratios
+// compare the caches. Run with -benchtime=1x; see docs/benchmarks.md.
+
+type benchImpl struct {
+	name string
+	wrap func(b *testing.B, raw storage.Interface, prefix string, indexed bool) storage.Interface
+}
+
+var benchImpls = []benchImpl{
+	{name: "ours", wrap: func(b *testing.B, raw storage.Interface, prefix string, indexed bool) storage.Interface {
+		cfg := Config{
+			Storage: raw, GroupResource: schema.GroupResource{Resource: "pods"}, ResourcePrefix: prefix,
+			KeyFunc: benchKeyFunc(prefix), NewFunc: newBenchPod, NewListFunc: newBenchPodList, GetAttrsFunc: podAttrs,
+		}
+		if indexed {
+			cfg.IndexerFuncs, cfg.Indexers = benchIndexes()
+		}
+		c, err := New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(c.Stop)
+		waitReady(b, c)
+		return c
+	}},
+	{name: "upstream", wrap: func(b *testing.B, raw storage.Interface, prefix string, indexed bool) storage.Interface {
+		cfg := upstreamcacher.Config{
+			Storage: raw, Versioner: storage.APIObjectVersioner{}, GroupResource: schema.GroupResource{Resource: "pods"},
+			EventsHistoryWindow: upstreamcacher.DefaultEventFreshDuration, ResourcePrefix: prefix,
+			KeyFunc: benchKeyFunc(prefix), GetAttrsFunc: podAttrs, NewFunc: newBenchPod, NewListFunc: newBenchPodList,
+			Codec: examplev1Blob, Clock: clock.RealClock{},
+		}
+		if indexed {
+			cfg.IndexerFuncs, cfg.Indexers = benchIndexes()
+		}
+		c, err := upstreamcacher.NewCacherFromConfig(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Wait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		d := upstreamcacher.NewCacheDelegator(c, raw)
+		b.Cleanup(func() { d.Stop(); c.Stop() })
+		return d
+	}},
+	{name: "etcd3", wrap: func(_ *testing.B, raw storage.Interface, _ string, _ bool) storage.Interface { return raw }},
+}
+
+func newBenchPod() apiruntime.Object     { return &example.Pod{} }
+func newBenchPodList() apiruntime.Object { return &example.PodList{} }
+
+func benchKeyFunc(prefix string) func(apiruntime.Object) (string, error) {
+	return func(obj apiruntime.Object) (string, error) { return storage.NamespaceKeyFunc(prefix, obj) }
+}
+
+func benchIndexes() (storage.IndexerFuncs, *cache.Indexers) {
+	return storage.IndexerFuncs{"spec.nodeName": func(obj apiruntime.Object) string {
+			return obj.(*example.Pod).Spec.NodeName
+		}}, &cache.Indexers{"f:spec.nodeName": func(obj interface{}) ([]string, error) {
+			return []string{obj.(*example.Pod).Spec.NodeName}, nil
+		}}
+}
+
+// benchEtcd is one embedded etcd shared by every run of a benchmark; each
+// run stores under its own prefix.
+type benchEtcd struct {
+	server *etcd3testing.EtcdTestServer
+	runs   int
+}
+
+func newBenchEtcd(b *testing.B) *benchEtcd {
+	klog.SetLogger(klog.Background().V(10)) // quiet
+	server, _ := etcd3testing.NewUnsecuredEtcd3TestClientServer(b)
+	return &benchEtcd{server: server}
+}
+
+// store returns a fresh etcd3 store under a new prefix.
+func (e *benchEtcd) store(b *testing.B) (storage.Interface, string) {
+	e.runs++
+	prefix := fmt.Sprintf("/pods%d/", e.runs)
+	versioner := storage.APIObjectVersioner{}
+	compactor := etcd3.NewCompactor(e.server.V3Client.Client, 0, clock.RealClock{}, nil)
+	b.Cleanup(compactor.Stop)
+	raw, err := etcd3.New(e.server.V3Client, compactor, examplev1Blob, newBenchPod, newBenchPodList,
+		etcd3testing.PathPrefix(), prefix, schema.GroupResource{Resource: "pods"}, identity.NewEncryptCheckTransformer(),
+		etcd3.NewDefaultLeaseManagerConfig(), etcd3.NewDefaultDecoder(examplev1Blob, versioner), versioner)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(raw.Close)
+	return raw, prefix
+}
+
+// fanOut is one scenario.
+type fanOut struct {
+	watchers int
+	writes   int
+	// rate is writes per second; 0 writes as fast as etcd takes them.
+	rate float64
+	// slow is the fraction of watchers that spend slowDelay per event.
+	slow      float64
+	slowDelay time.Duration
+	// selective gives each watcher its own spec.nodeName selector and
+	// spreads writes over those nodes.
+	selective bool
+}
+
+type fanOutResult struct {
+	delivered, expected int64
+	closed              int64
+	elapsed             time.Duration
+	cpu                 time.Duration
+	latencies           []time.Duration // fast watchers only
+}
+
+func (r fanOutResult) report(b *testing.B, writes int) {
+	b.ReportMetric(float64(r.delivered)/r.elapsed.Seconds(), "delivered/s")
+	b.ReportMetric(float64(r.closed), "closed")
+	b.ReportMetric(float64(r.delivered)/float64(r.expected)*100, "%delivered")
+	if r.delivered > 0 {
+		b.ReportMetric(float64(r.cpu.Microseconds())/float64(r.delivered), "cpu-us/event")
+	}
+	b.ReportMetric(float64(r.cpu.Microseconds())/float64(writes), "cpu-us/write")
+	if len(r.latencies) > 0 {
+		slices.Sort(r.latencies)
+		pct := func(p float64) float64 {
+			return float64(r.latencies[int(p*float64(len(r.latencies)-1))].Microseconds()) / 1000
+		}
+		b.ReportMetric(pct(0.5), "p50-ms")
+		b.ReportMetric(pct(0.99), "p99-ms")
+		b.ReportMetric(pct(1), "max-ms")
+	}
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func (f fanOut) run(b *testing.B, s storage.Interface, prefix string) fanOutResult {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rv, err := s.GetCurrentResourceVersion(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	node := func(i int) string { return "node-" + strconv.Itoa(i%f.watchers) }
+	writeDone := make([]atomic.Int64, f.writes)
+	type consumer struct {
+		slow     bool
+		received []int64 // receive time per write index; 0 if not received
+	}
+	consumers := make([]*consumer, f.watchers)
+	var res fanOutResult
+	var wg sync.WaitGroup
+	for i := range consumers {
+		pred := storage.Everything
+		expected := f.writes
+		if f.selective {
+			pred = storage.SelectionPredicate{Label: labels.Everything(),
+				Field: fields.OneTermEqualSelector("spec.nodeName", node(i)), GetAttrs: podAttrs}
+			expected = f.writes / f.watchers
+			if i < f.writes%f.watchers {
+				expected++
+			}
+		}
+		res.expected += int64(expected)
+		w, err := s.Watch(ctx, prefix, storage.ListOptions{ResourceVersion: strconv.FormatUint(rv, 10), Recursive: true, Predicate: pred})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := &consumer{slow: float64(i) < f.slow*float64(f.watchers), received: make([]int64, f.writes)}
+		consumers[i] = c
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer w.Stop()
+			got := 0
+			for got < expected {
+				ev, ok := <-w.ResultChan()
+				if !ok || ev.Type == watch.Error {
+					atomic.AddInt64(&res.closed, 1)
+					return
+				}
+				if ev.Type == watch.Bookmark {
+					continue
+				}
+				now := time.Now().UnixNano()
+				name := ev.Object.(metav1.Object).GetName()
+				idx, _ := strconv.Atoi(strings.TrimPrefix(name, "p-"))
+				c.received[idx] = now
+				got++
+				if c.slow {
+					time.Sleep(f.slowDelay) // the workload: a consumer that takes this long per event
+				}
+			}
+		}()
+	}
+
+	cpuStart, start := processCPU(), time.Now()
+	var interval time.Duration
+	if f.rate > 0 {
+		interval = time.Duration(float64(time.Second) / f.rate)
+	}
+	for i := 0; i < f.writes; i++ {
+		if interval > 0 {
+			if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+				time.Sleep(d) // pacing the fixed write rate
+			}
+		}
+		pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%06d", i), Namespace: "ns"},
+			Spec: example.PodSpec{NodeName: node(i)}}
+		if err := s.Create(ctx, prefix+"ns/"+pod.Name, pod, &example.Pod{}, 0); err != nil {
+			b.Fatal(err)
+		}
+		writeDone[i].Store(time.Now().UnixNano())
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		cancel() // bounded: whatever is not delivered by now counts as not delivered
+		<-done
+	}
+	res.elapsed, res.cpu = time.Since(start), processCPU()-cpuStart
+	for _, c := range consumers {
+		for i, at := range c.received {
+			if at == 0 {
+				continue
+			}
+			res.delivered++
+			if !c.slow {
+				res.latencies = append(res.latencies, max(0, time.Duration(at-writeDone[i].Load())))
+			}
+		}
+	}
+	return res
+}
+
+func runScenario(b *testing.B, f fanOut, impls []benchImpl) {
+	e := newBenchEtcd(b)
+	for _, impl := range impls {
+		b.Run(impl.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				raw, prefix := e.store(b)
+				s := impl.wrap(b, raw, prefix, f.selective)
+				f.run(b, s, prefix).report(b, f.writes)
+			}
+		})
+	}
+}
+
+// BenchmarkFanOut: N watchers on everything, writes as fast as possible.
+func BenchmarkFanOut(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("watchers=%d", n), func(b *testing.B) {
+			runScenario(b, fanOut{watchers: n, writes: 200}, benchImpls)
+		})
+	}
+}
+
+// BenchmarkFanOutFixedRate: N watchers, writes at 100/s, so both caches
+// deliver everything and CPU and latency are what differ.
+func BenchmarkFanOutFixedRate(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("watchers=%d", n), func(b *testing.B) {
+			runScenario(b, fanOut{watchers: n, writes: 200, rate: 100}, benchImpls[:2])
+		})
+	}
+}
+
+// BenchmarkSlowWatchers: 1,000 watchers, 10% of them spending 20 ms per
+// event, writes at 100/s. Reports the fast watchers' latency and closures.
+func BenchmarkSlowWatchers(b *testing.B) {
+	for _, slow := range []float64{0, 0.1} {
+		b.Run(fmt.Sprintf("slow=%v", slow), func(b *testing.B) {
+			runScenario(b, fanOut{watchers: 1000, writes: 500, rate: 100, slow: slow, slowDelay: 20 * time.Millisecond}, benchImpls[:2])
+		})
+	}
+}
+
+// BenchmarkSelectiveWatchers: each watcher selects its own spec.nodeName;
+// CPU per write should not grow with watchers that do not match.
+func BenchmarkSelectiveWatchers(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("watchers=%d", n), func(b *testing.B) {
+			runScenario(b, fanOut{watchers: n, writes: 1000, selective: true}, benchImpls[:2])
+		})
+	}
+}
+
+// BenchmarkIdleWatcherMemory opens N idle watchers and reports heap plus
+// stack per watcher.
+func BenchmarkIdleWatcherMemory(b *testing.B) {
+	const n = 10000
+	e := newBenchEtcd(b)
+	for _, impl := range benchImpls[:2] {
+		b.Run(impl.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				raw, prefix := e.store(b)
+				s := impl.wrap(b, raw, prefix, false)
+				rv, err := s.GetCurrentResourceVersion(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				before := inUse()
+				ws := make([]watch.Interface, n)
+				for j := range ws {
+					if ws[j], err = s.Watch(context.Background(), prefix, storage.ListOptions{
+						ResourceVersion: strconv.FormatUint(rv, 10), Recursive: true, Predicate: storage.Everything}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				after := inUse()
+				b.ReportMetric(float64(after-before)/n, "B/idle-watcher")
+				for _, w := range ws {
+					w.Stop()
+				}
+			}
+		})
+	}
+}
+
+func inUse() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc + m.StackInuse)
+}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage/etcd3"
+	"k8s.io/client-go/rest"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1alpha1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
@@ -46,6 +48,7 @@ func testAPI(t *testing.T, s *testServer) {
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, s) })
 	t.Run("Authentication", func(t *testing.T) { testAuthentication(t, s) })
 	t.Run("Serializers", func(t *testing.T) { testSerializers(t, s) })
+	t.Run("WatchList", func(t *testing.T) { testWatchList(t, s) })
 }
 
 func testCRUDBothVersions(t *testing.T, s *testServer) {
@@ -333,6 +336,62 @@ func testWatchAfterCompaction(t *testing.T, s *testServer) {
 	}
 	if status, ok := last410.Object.(*metav1.Status); ok && (status.Code != 410 || status.Reason != metav1.StatusReasonExpired) {
 		t.Fatalf("watch from a compacted RV: got %#v, want a 410 Expired Status", status)
+	}
+
+	// On the wire: a 200 response whose stream carries one ERROR event with
+	// a 410 Expired Status.
+	httpClient, err := rest.HTTPClientFor(s.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := httpClient.Get(s.URL + "/apis/fleet.example.com/v1beta1/namespaces/compaction/assignments?watch=true&resourceVersion=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var frame struct {
+		Type   string        `json:"type"`
+		Object metav1.Status `json:"object"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&frame); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || frame.Type != "ERROR" || frame.Object.Code != 410 || frame.Object.Reason != metav1.StatusReasonExpired {
+		t.Fatalf("HTTP %d with %s %d %s, want 200 with ERROR 410 Expired", resp.StatusCode, frame.Type, frame.Object.Code, frame.Object.Reason)
+	}
+}
+
+// testWatchList asks for the initial state as watch events, as watch-list
+// informers do, and checks that it ends with the initial-events-end bookmark.
+func testWatchList(t *testing.T, s *testServer) {
+	ctx := context.Background()
+	c := s.Client.FleetV1beta1().Assignments("watchlist")
+	for _, agent := range []string{"wl-1", "wl-1", "wl-2"} {
+		a := newAssignment("", agent)
+		a.GenerateName, a.Namespace = "wl-", "watchlist"
+		if _, err := c.Create(ctx, a, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sendInitialEvents := true
+	w, err := c.Watch(ctx, metav1.ListOptions{
+		SendInitialEvents: &sendInitialEvents, AllowWatchBookmarks: true,
+		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+		FieldSelector:        "spec.agentName=wl-1",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for i := 0; i < 2; i++ {
+		if ev := next(t, w); ev.Type != watch.Added || ev.Object.(*v1beta1.Assignment).Spec.AgentName != "wl-1" {
+			t.Fatalf("initial event %d: %s %v, want ADDED for agent wl-1", i, ev.Type, ev.Object)
+		}
+	}
+	ev := next(t, w)
+	a, _ := ev.Object.(*v1beta1.Assignment)
+	if ev.Type != watch.Bookmark || a == nil || a.Annotations[metav1.InitialEventsAnnotationKey] != "true" || a.ResourceVersion == "" {
+		t.Fatalf("after the initial events got %s %v, want the initial-events-end BOOKMARK", ev.Type, ev.Object)
 	}
 }
 

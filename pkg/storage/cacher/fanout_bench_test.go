@@ -226,7 +226,11 @@ func (f fanOut) run(b *testing.B, s storage.Interface, prefix string) fanOutResu
 			for got < expected {
 				ev, ok := <-w.ResultChan()
 				if !ok || ev.Type == watch.Error {
-					atomic.AddInt64(&res.closed, 1)
+					if ok && atomic.AddInt64(&res.closed, 1) == 1 {
+						b.Logf("first watcher ended early with %v", ev.Object)
+					} else if !ok {
+						atomic.AddInt64(&res.closed, 1)
+					}
 					return
 				}
 				if ev.Type == watch.Bookmark {

@@ -5,37 +5,34 @@ import (
 	"context"
 	"fmt"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/validation"
+	"github.com/cached-apiserver/cached-apiserver/pkg/registry"
 )
 
 // strategy implements create, update and delete behaviour for Agents.
 type strategy struct {
-	runtime.ObjectTyper
-	names.NameGenerator
+	registry.Strategy
 }
 
 // NewStrategy returns the strategy for the main resource.
 func NewStrategy(typer runtime.ObjectTyper) strategy {
-	return strategy{typer, names.SimpleNameGenerator}
+	return strategy{registry.NewStrategy(typer)}
 }
 
 func (strategy) NamespaceScoped() bool { return false }
 
 // GetResetFields tells server-side apply that the main resource never writes status.
 func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	set := fieldpath.NewSet(fieldpath.MakePathOrDie("status"))
-	return map[fieldpath.APIVersion]*fieldpath.Set{"fleet.example.com/v1alpha1": set, "fleet.example.com/v1beta1": set}
+	return registry.ResetFields("status")
 }
 
 // PrepareForCreate clears status and starts the generation at 1.
@@ -49,31 +46,15 @@ func (strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
 func (strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	a, oldA := obj.(*fleet.Agent), old.(*fleet.Agent)
 	a.Status = oldA.Status
-	if !apiequality.Semantic.DeepEqual(a.Spec, oldA.Spec) {
-		a.Generation = oldA.Generation + 1
-	} else {
-		a.Generation = oldA.Generation
-	}
+	a.Generation = registry.NextGeneration(oldA.Generation, oldA.Spec, a.Spec)
 }
 
 func (strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
 	return validation.ValidateAgent(obj.(*fleet.Agent))
 }
 
-func (strategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }
-
-func (strategy) AllowCreateOnUpdate(context.Context) bool { return false }
-
-func (strategy) AllowUnconditionalUpdate(context.Context) bool { return true }
-
-func (strategy) Canonicalize(runtime.Object) {}
-
 func (strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateAgentUpdate(obj.(*fleet.Agent), old.(*fleet.Agent))
-}
-
-func (strategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
-	return nil
 }
 
 // statusStrategy implements updates through the status subresource.
@@ -86,8 +67,7 @@ func NewStatusStrategy(s strategy) statusStrategy { return statusStrategy{s} }
 
 // GetResetFields tells server-side apply that the status subresource never writes spec.
 func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	set := fieldpath.NewSet(fieldpath.MakePathOrDie("spec"))
-	return map[fieldpath.APIVersion]*fieldpath.Set{"fleet.example.com/v1alpha1": set, "fleet.example.com/v1beta1": set}
+	return registry.ResetFields("spec")
 }
 
 // PrepareForUpdate keeps spec and generation as stored.
@@ -99,10 +79,6 @@ func (statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Objec
 
 func (statusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateAgentStatusUpdate(obj.(*fleet.Agent), old.(*fleet.Agent))
-}
-
-func (statusStrategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
-	return nil
 }
 
 // GetAttrs returns the labels and selectable fields of an Agent.

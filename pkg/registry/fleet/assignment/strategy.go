@@ -5,19 +5,18 @@ import (
 	"context"
 	"fmt"
 
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/validation"
+	"github.com/cached-apiserver/cached-apiserver/pkg/registry"
 )
 
 // AgentNameField is the field agents select their own Assignments by. It is
@@ -26,21 +25,19 @@ const AgentNameField = "spec.agentName"
 
 // strategy implements create, update and delete behaviour for Assignments.
 type strategy struct {
-	runtime.ObjectTyper
-	names.NameGenerator
+	registry.Strategy
 }
 
 // NewStrategy returns the strategy for the main resource.
 func NewStrategy(typer runtime.ObjectTyper) strategy {
-	return strategy{typer, names.SimpleNameGenerator}
+	return strategy{registry.NewStrategy(typer)}
 }
 
 func (strategy) NamespaceScoped() bool { return true }
 
 // GetResetFields tells server-side apply that the main resource never writes status.
 func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	set := fieldpath.NewSet(fieldpath.MakePathOrDie("status"))
-	return map[fieldpath.APIVersion]*fieldpath.Set{"fleet.example.com/v1alpha1": set, "fleet.example.com/v1beta1": set}
+	return registry.ResetFields("status")
 }
 
 // PrepareForCreate clears status, sets the default phase and starts the generation at 1.
@@ -54,31 +51,15 @@ func (strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
 func (strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	a, oldA := obj.(*fleet.Assignment), old.(*fleet.Assignment)
 	a.Status = oldA.Status
-	if !apiequality.Semantic.DeepEqual(a.Spec, oldA.Spec) {
-		a.Generation = oldA.Generation + 1
-	} else {
-		a.Generation = oldA.Generation
-	}
+	a.Generation = registry.NextGeneration(oldA.Generation, oldA.Spec, a.Spec)
 }
 
 func (strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
 	return validation.ValidateAssignment(obj.(*fleet.Assignment))
 }
 
-func (strategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }
-
-func (strategy) AllowCreateOnUpdate(context.Context) bool { return false }
-
-func (strategy) AllowUnconditionalUpdate(context.Context) bool { return true }
-
-func (strategy) Canonicalize(runtime.Object) {}
-
 func (strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateAssignmentUpdate(obj.(*fleet.Assignment), old.(*fleet.Assignment))
-}
-
-func (strategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
-	return nil
 }
 
 // statusStrategy implements updates through the status subresource.
@@ -91,8 +72,7 @@ func NewStatusStrategy(s strategy) statusStrategy { return statusStrategy{s} }
 
 // GetResetFields tells server-side apply that the status subresource never writes spec.
 func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	set := fieldpath.NewSet(fieldpath.MakePathOrDie("spec"))
-	return map[fieldpath.APIVersion]*fieldpath.Set{"fleet.example.com/v1alpha1": set, "fleet.example.com/v1beta1": set}
+	return registry.ResetFields("spec")
 }
 
 // PrepareForUpdate keeps spec and metadata generation as stored: status writers change status only.
@@ -104,10 +84,6 @@ func (statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Objec
 
 func (statusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	return validation.ValidateAssignmentStatusUpdate(obj.(*fleet.Assignment), old.(*fleet.Assignment))
-}
-
-func (statusStrategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
-	return nil
 }
 
 // GetAttrs returns the labels and selectable fields of an Assignment.

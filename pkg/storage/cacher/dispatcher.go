@@ -142,13 +142,17 @@ func (d *dispatcher) compacted(rev int64) {
 	if rev <= 0 {
 		return
 	}
-	if since, _ := d.log.bounds(); uint64(rev) <= since {
-		return
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.log.dropUpTo(uint64(rev))
-	d.store.prune(uint64(rev))
+	since, head := d.log.bounds()
+	// Events up to a compaction the cache has not reached yet still arrive
+	// on its established etcd watch; drop only what it already holds.
+	upTo := min(uint64(rev), head)
+	if upTo <= since {
+		return
+	}
+	d.log.dropUpTo(upTo)
+	d.store.prune(upTo)
 }
 
 // reset ends every watcher and installs a fresh list, as after a relist.

@@ -321,3 +321,25 @@ func TestNextBookmarkTime(t *testing.T) {
 		})
 	}
 }
+
+func TestCompactedDropsHistory(t *testing.T) {
+	d := newTestDispatcher(100)
+	for i := 0; i < 5; i++ {
+		d.put(fmt.Sprintf("p%d", i), nil, "") // rv 2..6
+	}
+	d.compacted(4)
+	if since, _ := d.log.bounds(); since != 4 {
+		t.Fatalf("after compaction at 4 the log starts at %d", since)
+	}
+	// A compaction past the head drops only what the cache holds.
+	d.compacted(100)
+	if since, head := d.log.bounds(); since != head || head != 6 {
+		t.Fatalf("after compaction past the head: since=%d head=%d, want 6 6", since, head)
+	}
+	w := &watcher{d: d.dispatcher, key: "/pods/", recursive: true, pred: storage.Everything,
+		ch: make(chan watch.Event, 4), done: make(chan struct{})}
+	wi, _ := d.register(w, false, false, false, 3)
+	if e := <-wi.ResultChan(); e.Type != watch.Error {
+		t.Fatalf("watch from before the compaction: got %s, want a 410 error", e.Type)
+	}
+}

@@ -6,9 +6,12 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,8 +26,26 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
 
+// TestMain re-executes the tests with KUBE_WATCHLIST_INCONSISTENCY_DETECTOR
+// set, which client-go reads once at start-up: every watch-list informer in
+// these tests then checks its result against a list.
+func TestMain(m *testing.M) {
+	const detector = "KUBE_WATCHLIST_INCONSISTENCY_DETECTOR"
+	if os.Getenv(detector) == "" {
+		exe, err := os.Executable()
+		if err == nil {
+			os.Setenv(detector, "true")
+			err = syscall.Exec(exe, os.Args, os.Environ())
+		}
+		fmt.Fprintf(os.Stderr, "cannot re-execute with %s=true: %v\n", detector, err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
 // testServer is one running server and clients for it.
 type testServer struct {
+	Addr         string
 	URL          string
 	DataDir      string
 	Kubeconfig   string
@@ -39,7 +60,14 @@ type testServer struct {
 // test ends or stop is called.
 func startServer(t *testing.T, dataDir string, flags ...string) *testServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return startServerOn(t, "127.0.0.1:0", dataDir, flags...)
+}
+
+// startServerOn is startServer on a given address, so that a restarted
+// server keeps the URL its clients know.
+func startServerOn(t *testing.T, addr, dataDir string, flags ...string) *testServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +94,7 @@ func startServer(t *testing.T, dataDir string, flags ...string) *testServer {
 	done := make(chan error, 1)
 	go func() { done <- inst.Run(ctx) }()
 
-	s := &testServer{URL: inst.URL, DataDir: dataDir, Kubeconfig: inst.Kubeconfig, EtcdEndpoint: inst.EtcdEndpoints[0]}
+	s := &testServer{Addr: ln.Addr().String(), URL: inst.URL, DataDir: dataDir, Kubeconfig: inst.Kubeconfig, EtcdEndpoint: inst.EtcdEndpoints[0]}
 	stopped := false
 	s.stop = func() {
 		if stopped {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -47,6 +48,9 @@ const (
 	defaultPort      = 8443
 	kubeconfigName   = "kubeconfig"
 	standaloneBindIP = "127.0.0.1"
+	// defaultWatchTerminationGrace is how long open watches get to end on
+	// shutdown: long enough to spread thousands of clients' reconnects.
+	defaultWatchTerminationGrace = 5 * time.Second
 )
 
 // Options is everything the command line sets.
@@ -86,6 +90,10 @@ func NewOptions(out io.Writer) *Options {
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1beta1.SchemeGroupVersion, schema.GroupKind{Group: fleet.GroupName})
 	o.Recommended.SecureServing.BindPort = defaultPort
+	// With a positive grace period the generic server ends open watches on
+	// shutdown, spread over the period; with upstream's default of 0 it
+	// leaves them open and shutdown waits out its 60 s timeout.
+	o.ServerRun.ShutdownWatchTerminationGracePeriod = defaultWatchTerminationGrace
 	return o
 }
 

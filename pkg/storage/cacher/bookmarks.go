@@ -31,8 +31,11 @@ func nextBookmarkTime(now, deadline time.Time, frequency time.Duration) time.Tim
 }
 
 func (d *dispatcher) scheduleBookmarkLocked(w *watcher, now time.Time) {
-	next := nextBookmarkTime(now, w.deadline, d.bookmarkFrequency)
-	w.nextBookmark = next
+	var deadline time.Time
+	if w.deadline != 0 {
+		deadline = time.Unix(0, w.deadline)
+	}
+	next := nextBookmarkTime(now, deadline, d.bookmarkFrequency)
 	if next.IsZero() {
 		return
 	}

@@ -220,15 +220,12 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	if key, err = storage.PrepareKey(c.cfg.ResourcePrefix, key, opts.Recursive); err != nil {
 		return nil, err
 	}
-	w := &watcher{
-		d: c.d, key: key, recursive: opts.Recursive, pred: opts.Predicate,
-		ch: make(chan watch.Event, c.cfg.WatcherBuffer), done: make(chan struct{}),
-	}
+	w := newWatcher(c.d, key, opts.Recursive, opts.Predicate, c.cfg.WatcherBuffer)
 	if c.cfg.TriggerField != "" && opts.Predicate.Field != nil {
 		w.trigger, w.hasTrigger = opts.Predicate.Field.RequiresExactMatch(c.cfg.TriggerField)
 	}
 	if deadline, ok := ctx.Deadline(); ok {
-		w.deadline = deadline
+		w.deadline = deadline.UnixNano()
 	}
 
 	var withInit, endBookmark, atHead bool

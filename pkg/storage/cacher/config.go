@@ -31,10 +31,10 @@ const (
 	DefaultProgressRequestInterval = 5 * time.Second
 	// DefaultWatcherBuffer is each watcher's channel size. Small, because a
 	// full channel parks the watcher instead of losing events, and an idle
-	// watcher's cost is mostly this buffer: 8 events of 32 bytes keep it
-	// under 1 KiB (BenchmarkIdleWatcherMemory) without hurting throughput
-	// (BenchmarkFanOut).
-	DefaultWatcherBuffer = 8
+	// watcher's cost is mostly this buffer. 10 is what upstream's
+	// conformance (RunTestDelayedWatchDelivery) expects to survive Stop;
+	// it keeps an idle watcher under 1 KiB (BenchmarkIdleWatcherMemory).
+	DefaultWatcherBuffer = 10
 )
 
 // Config is what a cache needs. The first group is what a

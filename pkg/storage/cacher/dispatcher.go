@@ -112,7 +112,7 @@ func (d *dispatcher) fanOutLocked(list []*watcher, e *event) {
 		if e.rv <= w.cursor || !w.covers(e.key) {
 			continue
 		}
-		ev, ok := e.forWatcher(&w.pred, d.versioner)
+		ev, ok := e.forWatcher(w.pred, d.versioner)
 		if !ok {
 			continue
 		}
@@ -257,7 +257,7 @@ func (d *dispatcher) register(w *watcher, withInit, endBookmark, startAtHead boo
 		return w, nil
 	}
 	since, head := d.log.bounds()
-	if w.pred.AllowWatchBookmarks {
+	if w.bookmarks {
 		d.scheduleBookmarkLocked(w, d.clock.Now())
 	}
 	switch {
@@ -366,7 +366,7 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 		replayed += len(events)
 		for _, e := range events {
 			if w.covers(e.key) {
-				if ev, ok := e.forWatcher(&w.pred, d.versioner); ok && !w.send(ev) {
+				if ev, ok := e.forWatcher(w.pred, d.versioner); ok && !w.send(ev) {
 					return
 				}
 			}
@@ -386,7 +386,7 @@ func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 	ok := true
 	sent := 0
 	init.snap.scan(w.key, w.recursive, "", func(o *object) bool {
-		if o.matches(&w.pred) {
+		if o.matches(w.pred) {
 			ok = w.send(watch.Event{Type: watch.Added, Object: o.co})
 			sent++
 		}

@@ -62,8 +62,7 @@ func (d *testDispatcher) del(name string) {
 
 func (d *testDispatcher) watch(t *testing.T, pred storage.SelectionPredicate, buffer int, trigger string) *watcher {
 	t.Helper()
-	w := &watcher{d: d.dispatcher, key: "/pods/", recursive: true, pred: pred,
-		ch: make(chan watch.Event, buffer), done: make(chan struct{})}
+	w := newWatcher(d.dispatcher, "/pods/", true, pred, buffer)
 	if trigger != "" {
 		w.trigger, w.hasTrigger = trigger, true
 	}
@@ -256,8 +255,7 @@ func TestWatchFromTooOldResourceVersion(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		d.put(fmt.Sprintf("p%d", i), nil, "")
 	}
-	w := &watcher{d: d.dispatcher, key: "/pods/", recursive: true, pred: storage.Everything,
-		ch: make(chan watch.Event, 4), done: make(chan struct{})}
+	w := newWatcher(d.dispatcher, "/pods/", true, storage.Everything, 4)
 	wi, err := d.register(w, false, false, false, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -336,8 +334,7 @@ func TestCompactedDropsHistory(t *testing.T) {
 	if since, head := d.log.bounds(); since != head || head != 6 {
 		t.Fatalf("after compaction past the head: since=%d head=%d, want 6 6", since, head)
 	}
-	w := &watcher{d: d.dispatcher, key: "/pods/", recursive: true, pred: storage.Everything,
-		ch: make(chan watch.Event, 4), done: make(chan struct{})}
+	w := newWatcher(d.dispatcher, "/pods/", true, storage.Everything, 4)
 	wi, _ := d.register(w, false, false, false, 3)
 	if e := <-wi.ResultChan(); e.Type != watch.Error {
 		t.Fatalf("watch from before the compaction: got %s, want a 410 error", e.Type)

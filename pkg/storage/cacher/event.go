@@ -26,8 +26,11 @@ type object struct {
 	trigger string
 }
 
-// matches reports whether o passes the predicate.
+// matches reports whether o passes the predicate; nil passes everything.
 func (o *object) matches(p *storage.SelectionPredicate) bool {
+	if p == nil {
+		return true
+	}
 	if p.ShardSelector != nil && !p.ShardSelector.Empty() {
 		if ok, err := p.MatchesSharding(o.obj); err != nil || !ok {
 			return false

@@ -3,7 +3,6 @@ package cacher
 import (
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
@@ -40,15 +39,19 @@ type watcher struct {
 	// key and recursive select what the watch covers.
 	key       string
 	recursive bool
-	// pred filters objects; its labels and fields were computed at ingest.
-	pred storage.SelectionPredicate
+	// pred filters objects by the labels and fields computed at ingest; nil
+	// selects everything. A pointer, so that a watch on everything does not
+	// carry an empty predicate's 136 bytes.
+	pred *storage.SelectionPredicate
+	// bookmarks is whether the watch asked for bookmarks.
+	bookmarks bool
 	// trigger is the value the watcher's field selector pins
 	// Config.TriggerField to, if hasTrigger.
 	trigger    string
 	hasTrigger bool
-	// deadline is when the server ends the watch; zero if never. A bookmark
-	// goes out shortly before it.
-	deadline time.Time
+	// deadline is when the server ends the watch, in Unix nanoseconds; zero
+	// if never. A bookmark goes out shortly before it.
+	deadline int64
 
 	// ch carries events to the consumer. It is closed by whoever feeds the
 	// watcher when it stops: the dispatcher while synced, the catch-up
@@ -69,9 +72,6 @@ type watcher struct {
 	cursor uint64
 	// index is the watcher's position in its dispatcher list.
 	index int
-	// nextBookmark is when the watcher is due a bookmark; zero if it did
-	// not ask for bookmarks.
-	nextBookmark time.Time
 }
 
 var _ watch.Interface = &watcher{}
@@ -99,6 +99,16 @@ func (w *watcher) end() bool {
 		}
 	})
 	return ended
+}
+
+// newWatcher builds a watcher for a key and predicate.
+func newWatcher(d *dispatcher, key string, recursive bool, pred storage.SelectionPredicate, buffer int) *watcher {
+	w := &watcher{d: d, key: key, recursive: recursive, bookmarks: pred.AllowWatchBookmarks,
+		ch: make(chan watch.Event, buffer), done: make(chan struct{})}
+	if !pred.Empty() {
+		w.pred = &pred
+	}
+	return w
 }
 
 // covers reports whether the watch covers key.

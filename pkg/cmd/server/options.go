@@ -43,7 +43,10 @@ const (
 )
 
 const (
-	etcdPathPrefix   = "/registry/" + fleet.GroupName
+	// etcdPathPrefix is where objects live in etcd; the storage factory
+	// appends <group>/<resource>, so keys read /registry/fleet.example.com/
+	// assignments/<namespace>/<name>, as CustomResources' do.
+	etcdPathPrefix   = "/registry"
 	defaultDataDir   = ".cached-apiserver"
 	defaultPort      = 8443
 	kubeconfigName   = "kubeconfig"

@@ -165,7 +165,7 @@ func (o *Options) embedded() bool {
 	return len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0
 }
 
-func (o *Options) pki() pki { return pki{dir: filepath.Join(o.DataDir, "pki")} }
+func (o *Options) pki() standalonePKI { return standalonePKI{dir: filepath.Join(o.DataDir, "pki")} }
 
 // KubeconfigPath is where standalone mode writes the admin kubeconfig.
 func (o *Options) KubeconfigPath() string { return filepath.Join(o.DataDir, kubeconfigName) }
@@ -179,7 +179,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		}
 		cert := &o.Recommended.SecureServing.ServerCert.CertKey
 		if cert.CertFile == "" {
-			cert.CertFile, cert.KeyFile = o.pki().path(servingCert), o.pki().path(servingKey)
+			cert.CertFile, cert.KeyFile = o.pki().path(servingCert), o.pki().path(servingKeyFile)
 		}
 	} else if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil,
 		[]net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {

@@ -24,6 +24,7 @@ import (
 	upstreamcacher "k8s.io/apiserver/pkg/storage/cacher"
 	"k8s.io/apiserver/pkg/storage/etcd3"
 	etcd3testing "k8s.io/apiserver/pkg/storage/etcd3/testing"
+	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -121,7 +122,11 @@ func newBenchEtcd(b *testing.B) *benchEtcd {
 // store returns a fresh etcd3 store under a new prefix.
 func (e *benchEtcd) store(b *testing.B) (storage.Interface, string) {
 	e.runs++
-	prefix := fmt.Sprintf("/pods%d/", e.runs)
+	return e.storeAt(b, fmt.Sprintf("/pods%d/", e.runs))
+}
+
+// storeAt returns an etcd3 store under prefix.
+func (e *benchEtcd) storeAt(b *testing.B, prefix string) (storage.Interface, string) {
 	versioner := storage.APIObjectVersioner{}
 	compactor := etcd3.NewCompactor(e.server.V3Client.Client, 0, clock.RealClock{}, nil)
 	b.Cleanup(compactor.Stop)
@@ -378,4 +383,32 @@ func inUse() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc + m.StackInuse)
+}
+
+// BenchmarkUpstreamStore runs upstream's storage benchmarks against both
+// caches: write throughput under background load, and list.
+func BenchmarkUpstreamStore(b *testing.B) {
+	// Upstream's functions use keys under /pods/, so each run gets its own etcd.
+	data := storagetesting.PrepareBenchmarkData(10, 100, 50)
+	for _, impl := range benchImpls[:2] {
+		b.Run(impl.name, func(b *testing.B) {
+			b.Run("WriteThroughput", func(b *testing.B) {
+				raw, prefix := newBenchEtcd(b).storeAt(b, "/pods/")
+				s := impl.wrap(b, raw, prefix, true)
+				storagetesting.RunBenchmarkWriteThroughput(context.Background(), b, s, data, true, nil)
+			})
+			b.Run("List", func(b *testing.B) {
+				raw, prefix := newBenchEtcd(b).storeAt(b, "/pods/")
+				s := impl.wrap(b, raw, prefix, true)
+				if err := storagetesting.PrecreateBenchmarkPods(context.Background(), s, data); err != nil {
+					b.Fatal(err)
+				}
+				for _, useIndex := range []bool{false, true} {
+					b.Run(fmt.Sprintf("Indexed=%v", useIndex), func(b *testing.B) {
+						storagetesting.RunBenchmarkStoreList(context.Background(), b, s, data, useIndex)
+					})
+				}
+			})
+		})
+	}
 }

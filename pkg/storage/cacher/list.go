@@ -107,18 +107,16 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 		if !ok {
 			continue
 		}
-		items, err := newItemAppender(listObj)
-		if err != nil {
-			return true, err
-		}
-		returned := 0
+		matched := make([]*object, 0, len(objs))
 		for _, o := range objs {
 			if (recursive && len(o.key) >= len(key) && o.key[:len(key)] == key || o.key == key) && o.matches(pred) {
-				items.add(o.obj)
-				returned++
+				matched = append(matched, o)
 			}
 		}
-		c.metrics.list(m.IndexName, len(objs), returned)
+		if err := setItems(listObj, matched); err != nil {
+			return true, err
+		}
+		c.metrics.list(m.IndexName, len(objs), len(matched))
 		return true, c.cfg.Versioner.UpdateList(listObj, rv, "", nil)
 	}
 	return false, nil
@@ -127,17 +125,18 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 // listFrom fills listObj with one page of matching objects from snap,
 // starting at fromKey, and sets the continue token and remaining count.
 func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *storage.SelectionPredicate, fromKey string, listObj runtime.Object) error {
-	items, err := newItemAppender(listObj)
-	if err != nil {
-		return err
-	}
 	limit := pred.Limit
 	var (
 		count, remaining int64
 		fetched          int
 		lastKey          string
 		more             bool
+		matched          []*object
+		err              error
 	)
+	if limit > 0 {
+		matched = make([]*object, 0, limit)
+	}
 	empty := pred.Empty()
 	snap.scan(key, recursive, fromKey, func(o *object) bool {
 		if limit > 0 && count == limit {
@@ -155,11 +154,14 @@ func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *stora
 		if !o.matches(pred) {
 			return true
 		}
-		items.add(o.obj)
+		matched = append(matched, o)
 		count++
 		lastKey = o.key
 		return true
 	})
+	if err := setItems(listObj, matched); err != nil {
+		return err
+	}
 	c.metrics.list("", fetched, int(count))
 	var continueToken string
 	var remainingCount *int64
@@ -174,32 +176,28 @@ func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *stora
 	return c.cfg.Versioner.UpdateList(listObj, snap.rv, continueToken, remainingCount)
 }
 
-// itemAppender appends cached objects to a list's Items. Items share the
-// cached objects' fields, as upstream's cache does: lists are encoded and
-// dropped, never mutated.
-type itemAppender struct {
-	items reflect.Value
-	ptrs  bool
-}
-
-func newItemAppender(listObj runtime.Object) (*itemAppender, error) {
+// setItems fills a list's Items with objs in one allocation. Items share
+// the cached objects' fields, as upstream's cache does: lists are encoded
+// and dropped, never mutated.
+func setItems(listObj runtime.Object, objs []*object) error {
 	ptr, err := meta.GetItemsPtr(listObj)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	v := reflect.ValueOf(ptr).Elem()
 	if v.Kind() != reflect.Slice {
-		return nil, fmt.Errorf("items of %T are not a slice", listObj)
+		return fmt.Errorf("items of %T are not a slice", listObj)
 	}
 	// An empty list has empty, not nil, items, as etcd3 returns them.
-	v.Set(reflect.MakeSlice(v.Type(), 0, 0))
-	return &itemAppender{items: v, ptrs: v.Type().Elem().Kind() == reflect.Pointer}, nil
-}
-
-func (a *itemAppender) add(obj runtime.Object) {
-	v := reflect.ValueOf(obj)
-	if !a.ptrs {
-		v = v.Elem()
+	items := reflect.MakeSlice(v.Type(), len(objs), len(objs))
+	ptrs := v.Type().Elem().Kind() == reflect.Pointer
+	for i, o := range objs {
+		src := reflect.ValueOf(o.obj)
+		if !ptrs {
+			src = src.Elem()
+		}
+		items.Index(i).Set(src)
 	}
-	a.items.Set(reflect.Append(a.items, v))
+	v.Set(items)
+	return nil
 }

@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build run kubectl test test-unit test-race test-integration generate verify bench clean
+.PHONY: all build run kubectl test test-unit test-race test-integration generate verify bench bench-http clean
 
 all: build
 
@@ -37,6 +37,11 @@ test-integration:
 BENCH_FILTER ?= BenchmarkFanOut$$/watchers=1000$$|BenchmarkFanOutFixedRate/watchers=1000$$|BenchmarkSlowWatchers|BenchmarkSelectiveWatchers/watchers=1000$$|BenchmarkIdleWatcherMemory
 bench:
 	$(GO) test -run '^$$' -bench '$(BENCH_FILTER)' -benchtime=1x -timeout 30m ./pkg/storage/cacher/ | grep -E '^(Benchmark|ok|FAIL)'
+
+## bench-http: real HTTP watch streams against our server and the same server over
+## upstream's Cacher, each with etcd and the load client in their own processes (~3 min).
+bench-http:
+	cd test/bench && $(GO) test -run '^$$' -bench BenchmarkHTTPWatch -benchtime=1x -timeout 30m . | grep -E '^(Benchmark|ok|FAIL)'
 
 generate:
 	hack/update-codegen.sh

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
+	"k8s.io/apiserver/pkg/registry/generic"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -75,6 +76,12 @@ type Options struct {
 
 	// Out receives the startup banner.
 	Out io.Writer
+
+	// StorageDecoratorOverride, when set, replaces the storage decorator
+	// that --watch-cache chooses. No flag sets it: it exists so that the
+	// benchmark in test/bench can run this same server over upstream's
+	// Cacher for comparison. The shipped binary never sets it.
+	StorageDecoratorOverride generic.StorageDecorator
 
 	flags *pflag.FlagSet
 }
@@ -207,14 +214,16 @@ func (o *Options) Config() (*apiserver.Config, error) {
 			return nil, err
 		}
 	}
+	decorator := apiserver.StorageDecorator(apiserver.WatchCacheOptions{
+		Enabled:                o.Recommended.Etcd.EnableWatchCache,
+		ConsistentReadFallback: o.ConsistentReadFallback,
+	})
+	if o.StorageDecoratorOverride != nil {
+		decorator = o.StorageDecoratorOverride
+	}
 	return &apiserver.Config{
 		GenericConfig: serverConfig,
-		ExtraConfig: apiserver.ExtraConfig{
-			StorageDecorator: apiserver.StorageDecorator(apiserver.WatchCacheOptions{
-				Enabled:                o.Recommended.Etcd.EnableWatchCache,
-				ConsistentReadFallback: o.ConsistentReadFallback,
-			}),
-		},
+		ExtraConfig:   apiserver.ExtraConfig{StorageDecorator: decorator},
 	}, nil
 }
 

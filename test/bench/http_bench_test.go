@@ -1,0 +1,266 @@
+// Package bench compares our server with the same server over upstream's
+// Cacher through real HTTP watch streams. etcd, the server and this load
+// client run as separate processes, so the server's CPU and memory are its own.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
+	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
+)
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// build compiles etcd, our server and the upstream-wired server once.
+func build(b *testing.B) string {
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "cached-apiserver-bench")
+		if buildErr != nil {
+			return
+		}
+		for name, pkg := range map[string]string{
+			"etcd": "./test/bench/cmd/etcd", "ours": "./cmd/cached-apiserver", "upstream": "./test/bench/cmd/server-upstream",
+		} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, name), pkg)
+			cmd.Dir = "../.."
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		b.Fatal(buildErr)
+	}
+	return binDir
+}
+
+func freePort(b *testing.B) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// process is a child process that ends with the benchmark.
+func start(b *testing.B, bin string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = nil
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+	})
+	go func() { // drain, so the child never blocks on a full pipe
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+		}
+	}()
+	return cmd
+}
+
+// procStats reads a process's CPU time and resident memory from /proc.
+func procStats(b *testing.B, pid int) (cpu time.Duration, rss int64) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	cpu = time.Duration(utime+stime) * time.Second / ticksPerSecond
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			rss = kb * 1024
+		}
+	}
+	return cpu, rss
+}
+
+type scenario struct {
+	streams, writes int
+	rate            float64
+}
+
+func BenchmarkHTTPWatch(b *testing.B) {
+	for _, sc := range []scenario{{streams: 1000, writes: 200, rate: 100}, {streams: 5000, writes: 200, rate: 100}} {
+		for _, impl := range []string{"ours", "upstream"} {
+			b.Run(fmt.Sprintf("streams=%d/rate=%v/impl=%s", sc.streams, sc.rate, impl), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					runHTTP(b, impl, sc)
+				}
+			})
+		}
+	}
+}
+
+func runHTTP(b *testing.B, impl string, sc scenario) {
+	bins := build(b)
+	dir := b.TempDir()
+	etcdPort := freePort(b)
+	start(b, filepath.Join(bins, "etcd"), "-data-dir", filepath.Join(dir, "etcd"),
+		"-client-port", strconv.Itoa(etcdPort), "-peer-port", strconv.Itoa(freePort(b)))
+	server := start(b, filepath.Join(bins, impl), "--data-dir", filepath.Join(dir, "server"),
+		"--secure-port", strconv.Itoa(freePort(b)), "--etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", etcdPort),
+		"--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0")
+	kubeconfig := filepath.Join(dir, "server", "kubeconfig")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	var cfg *rest.Config
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return false, nil
+		}
+		c.QPS, c.Burst = -1, -1
+		if _, err := versioned.NewForConfigOrDie(c).FleetV1beta1().Assignments("bench").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			return false, nil
+		}
+		cfg = c
+		return true, nil
+	}); err != nil {
+		b.Fatalf("server never served: %v", err)
+	}
+	client := versioned.NewForConfigOrDie(cfg)
+	list, err := client.FleetV1beta1().Assignments("bench").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, rssBefore := procStats(b, server.Process.Pid)
+
+	// 500 streams per connection: HTTP/2 allows 1,000 per connection here,
+	// and informers of different processes would not share one anyway.
+	const perConnection = 500
+	var clients []versioned.Interface
+	for i := 0; i < (sc.streams+perConnection-1)/perConnection; i++ {
+		c := rest.CopyConfig(cfg)
+		dialer := &net.Dialer{}
+		c.Dial = dialer.DialContext // a distinct dialer means a distinct transport and connection
+		clients = append(clients, versioned.NewForConfigOrDie(c))
+	}
+	writeDone := make([]atomic.Int64, sc.writes)
+	var delivered, closed atomic.Int64
+	latencies := make([][]time.Duration, sc.streams)
+	var wg sync.WaitGroup
+	for i := 0; i < sc.streams; i++ {
+		w, err := clients[i/perConnection].FleetV1beta1().Assignments("bench").Watch(ctx,
+			metav1.ListOptions{ResourceVersion: list.ResourceVersion, AllowWatchBookmarks: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Add(1)
+		go func(i int, w watch.Interface) {
+			defer wg.Done()
+			defer w.Stop()
+			got := 0
+			for got < sc.writes {
+				ev, ok := <-w.ResultChan()
+				if !ok || ev.Type == watch.Error {
+					closed.Add(1)
+					return
+				}
+				if ev.Type != watch.Added {
+					continue
+				}
+				at := time.Now().UnixNano()
+				idx, _ := strconv.Atoi(strings.TrimPrefix(ev.Object.(*v1beta1.Assignment).Name, "w-"))
+				if done := writeDone[idx].Load(); done > 0 {
+					latencies[i] = append(latencies[i], time.Duration(max(0, at-done)))
+				}
+				got++
+				delivered.Add(1)
+			}
+		}(i, w)
+	}
+	cpuStart, rssWatching := procStats(b, server.Process.Pid)
+	start := time.Now()
+	interval := time.Duration(float64(time.Second) / sc.rate)
+	for i := 0; i < sc.writes; i++ {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d) // pacing the fixed write rate
+		}
+		a := &v1beta1.Assignment{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("w-%04d", i), Namespace: "bench"},
+			Spec: v1beta1.AssignmentSpec{AgentName: "agent-" + strconv.Itoa(i%50)}}
+		if _, err := client.FleetV1beta1().Assignments("bench").Create(ctx, a, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		writeDone[i].Store(time.Now().UnixNano())
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		cancel() // bounded: what has not arrived by now counts as not delivered
+		<-done
+	}
+	elapsed := time.Since(start)
+	cpuEnd, _ := procStats(b, server.Process.Pid)
+
+	var all []time.Duration
+	for _, l := range latencies {
+		all = append(all, l...)
+	}
+	b.ReportMetric(float64(delivered.Load())/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(delivered.Load())/float64(sc.streams*sc.writes)*100, "%delivered")
+	b.ReportMetric(float64(closed.Load()), "closed")
+	if d := delivered.Load(); d > 0 {
+		b.ReportMetric(float64((cpuEnd-cpuStart).Microseconds())/float64(d), "server-cpu-us/event")
+	}
+	b.ReportMetric(float64(rssWatching-rssBefore)/float64(sc.streams)/1024, "server-KiB/watch")
+	if len(all) > 0 {
+		p99 := percentile(all, 0.99)
+		b.ReportMetric(float64(p99.Microseconds())/1000, "p99-ms")
+	}
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[int(p*float64(len(s)-1))]
+}

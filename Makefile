@@ -32,11 +32,13 @@ test-race:
 test-integration:
 	$(GO) test $(TEST_FLAGS) ./test/integration/...
 
-## bench: the short comparison with upstream's Cacher and raw etcd3 (a few minutes).
-## docs/benchmarks.md has the full set and how to reproduce it.
+## bench: the short comparison with upstream's Cacher and raw etcd3 (under a minute), with
+## a chart in bin/bench-fanout.png. docs/benchmarks.md has the full set and how to reproduce it.
 BENCH_FILTER ?= BenchmarkFanOut$$/watchers=1000$$|BenchmarkFanOutFixedRate/watchers=1000$$|BenchmarkSlowWatchers|BenchmarkSelectiveWatchers/watchers=1000$$|BenchmarkIdleWatcherMemory
 bench:
-	$(GO) test -run '^$$' -bench '$(BENCH_FILTER)' -benchtime=1x -timeout 30m ./pkg/storage/cacher/ | grep -E '^(Benchmark|ok|FAIL)'
+	mkdir -p $(BIN)
+	$(GO) test -run '^$$' -bench '$(BENCH_FILTER)' -benchtime=1x -timeout 30m ./pkg/storage/cacher/ \
+	  -args -chart=$(CURDIR)/$(BIN)/bench-fanout.png | grep -E '^(Benchmark|ok|FAIL)'
 
 ## bench-http: real HTTP watch streams against our server and the same server over
 ## upstream's Cacher, each with etcd and the load client in their own processes (~3 min).

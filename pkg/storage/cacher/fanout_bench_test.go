@@ -301,7 +301,11 @@ func runScenario(b *testing.B, f fanOut, impls []benchImpl) {
 			for i := 0; i < b.N; i++ {
 				raw, prefix := e.store(b)
 				s := impl.wrap(b, raw, prefix, f.selective)
-				f.run(b, s, prefix).report(b, f.writes)
+				res := f.run(b, s, prefix)
+				res.report(b, f.writes)
+				if f.rate > 0 && f.slow == 0 && !f.selective {
+					recordChart(impl.name, f.watchers, res)
+				}
 			}
 		})
 	}

@@ -6,6 +6,9 @@ set -o errexit -o nounset -o pipefail
 
 SCRIPT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "${SCRIPT_ROOT}"
+# On a fresh machine the module may not be in the cache yet; go list -m
+# would then print an empty directory.
+go mod download k8s.io/code-generator
 CODEGEN_PKG=${CODEGEN_PKG:-$(go list -m -f '{{.Dir}}' k8s.io/code-generator)}
 # kube_codegen.sh installs its generators; keep them out of the user's GOBIN.
 export GOBIN="${SCRIPT_ROOT}/bin/codegen"

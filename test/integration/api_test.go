@@ -240,18 +240,10 @@ func testFieldSelectors(t *testing.T, s *testServer) {
 func testWatchOrder(t *testing.T, s *testServer) {
 	ctx := context.Background()
 	c := s.Client.FleetV1beta1().Assignments("watch-order")
-	list, err := c.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := c.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := watchFromList(t, c)
 	a := newAssignment("w", "agent-a")
 	a.Namespace = "watch-order"
-	a, err = c.Create(ctx, a, metav1.CreateOptions{})
+	a, err := c.Create(ctx, a, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,13 +17,16 @@ import (
 
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/cmd/server"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
+	fleetv1beta1 "github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned/typed/fleet/v1beta1"
 )
 
 // TestMain re-executes the tests with KUBE_WATCHLIST_INCONSISTENCY_DETECTOR
@@ -159,4 +162,20 @@ func (s *testServer) etcdClient(t *testing.T) *clientv3.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// watchFromList lists, then watches from the list's resourceVersion, as an
+// informer does, and stops the watch when the test ends.
+func watchFromList(t *testing.T, c fleetv1beta1.AssignmentInterface) watch.Interface {
+	t.Helper()
+	list, err := c.List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Watch(context.Background(), metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	return w
 }

@@ -295,15 +295,7 @@ func TestDeleteCollection(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	list, err := c.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := c.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
+	w := watchFromList(t, c)
 	if err := c.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "batch=old"}); err != nil {
 		t.Fatal(err)
 	}

@@ -3,26 +3,23 @@ package integration
 import (
 	"bytes"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"io"
-	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/keyutil"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/pki"
 )
 
 const assignmentsPath = "/apis/fleet.example.com/v1beta1/namespaces/default/assignments"
@@ -208,20 +205,12 @@ func signClientCert(t *testing.T, dataDir, user string, groups ...string) tls.Ce
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: user, Organization: groups},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, key.Public(), caKey)
+	ca := &pki.CA{Cert: caCert, Key: caKey.(*ecdsa.PrivateKey)}
+	cert, key, err := ca.Sign(pki.Client(user, groups...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key}
 }
 
 func mustParseRV(t *testing.T, rv string) int64 {

@@ -109,7 +109,7 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 		}
 		matched := make([]*object, 0, len(objs))
 		for _, o := range objs {
-			if (recursive && len(o.key) >= len(key) && o.key[:len(key)] == key || o.key == key) && o.matches(pred) {
+			if inScope(key, recursive, o.key) && o.matches(pred) {
 				matched = append(matched, o)
 			}
 		}

@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -112,11 +113,15 @@ func newWatcher(d *dispatcher, key string, recursive bool, pred storage.Selectio
 }
 
 // covers reports whether the watch covers key.
-func (w *watcher) covers(key string) bool {
-	if w.recursive {
-		return len(key) >= len(w.key) && key[:len(w.key)] == w.key
+func (w *watcher) covers(key string) bool { return inScope(w.key, w.recursive, key) }
+
+// inScope reports whether key falls under a request for prefix: below it
+// when recursive, equal to it otherwise.
+func inScope(prefix string, recursive bool, key string) bool {
+	if recursive {
+		return strings.HasPrefix(key, prefix)
 	}
-	return key == w.key
+	return key == prefix
 }
 
 // send blocks until the consumer takes ev or the watcher stops. Only the

@@ -74,17 +74,26 @@ func startServerOn(t *testing.T, addr, dataDir string, flags ...string) *testSer
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := server.NewOptions(io.Discard)
-	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	opts.AddFlags(fs)
-	args := append([]string{
+	inst, stop := runServer(t, ln, append([]string{
 		"--data-dir", dataDir,
-		"--secure-port", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port),
 		"--embedded-etcd-progress-notify-interval", "1s",
 		// etcd logs its listeners closing at error level; keep test output readable.
 		"--embedded-etcd-log-level", "fatal",
-	}, flags...)
-	if err := fs.Parse(args); err != nil {
+	}, flags...))
+	s := &testServer{Addr: ln.Addr().String(), URL: inst.URL, DataDir: dataDir, Kubeconfig: inst.Kubeconfig,
+		EtcdEndpoint: inst.EtcdEndpoints[0], stop: stop}
+	s.connect(t)
+	return s
+}
+
+// runServer parses args as the command line does and serves on ln until
+// the test ends or stop is called.
+func runServer(t *testing.T, ln net.Listener, args []string) (inst *server.Instance, stop func()) {
+	t.Helper()
+	opts := server.NewOptions(io.Discard)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	opts.AddFlags(fs)
+	if err := fs.Parse(append(args, "--secure-port", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))); err != nil {
 		t.Fatal(err)
 	}
 	opts.Recommended.SecureServing.Listener = ln
@@ -97,9 +106,8 @@ func startServerOn(t *testing.T, addr, dataDir string, flags ...string) *testSer
 	done := make(chan error, 1)
 	go func() { done <- inst.Run(ctx) }()
 
-	s := &testServer{Addr: ln.Addr().String(), URL: inst.URL, DataDir: dataDir, Kubeconfig: inst.Kubeconfig, EtcdEndpoint: inst.EtcdEndpoints[0]}
 	stopped := false
-	s.stop = func() {
+	stop = func() {
 		if stopped {
 			return
 		}
@@ -114,16 +122,22 @@ func startServerOn(t *testing.T, addr, dataDir string, flags ...string) *testSer
 			t.Errorf("server did not stop within a minute")
 		}
 	}
-	t.Cleanup(s.stop)
+	t.Cleanup(stop)
+	return inst, stop
+}
 
-	s.Config, err = clientcmd.BuildConfigFromFlags("", inst.Kubeconfig)
+// connect builds the clients from s.Kubeconfig and waits until the server
+// is ready.
+func (s *testServer) connect(t *testing.T) {
+	t.Helper()
+	var err error
+	s.Config, err = clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Config.QPS, s.Config.Burst = -1, -1
 	s.Client = versioned.NewForConfigOrDie(s.Config)
 	waitReady(t, s.Config)
-	return s
 }
 
 // waitReady polls /readyz until the server reports ready.

@@ -60,10 +60,29 @@ func mustContain(t *testing.T, out string, wants ...string) {
 	}
 }
 
+// TestKubectl runs a real kubectl against the standalone server and
+// through the kube-aggregator in front of the aggregated one.
 func TestKubectl(t *testing.T) {
-	s := startServer(t, t.TempDir())
+	for _, tc := range []struct {
+		name  string
+		start func(t *testing.T) *testServer
+	}{
+		{"standalone", func(t *testing.T) *testServer { return startServer(t, t.TempDir()) }},
+		{"aggregated", func(t *testing.T) *testServer { return startAggregated(t).Front }},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testKubectl(t, tc.start(t)) })
+	}
+}
+
+func testKubectl(t *testing.T, s *testServer) {
 	k := newKubectl(t, s)
 	examples, _ := filepath.Abs("../../artifacts/examples")
+
+	t.Run("api-resources", func(t *testing.T) {
+		out := k.run(t, "api-resources", "--api-group=fleet.example.com")
+		mustContain(t, out, "assignments", "asg", "fleet.example.com/v1beta1", "true", "Assignment",
+			"agents", "agt", "false", "Agent")
+	})
 
 	mustContain(t, k.run(t, "create", "-f", examples),
 		"agent.fleet.example.com/agent-eu-1 created", "assignment.fleet.example.com/nightly-report created")

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/v3/kubernetes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -27,13 +28,13 @@ import (
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
 // The fan-out benchmarks compare our cacher with upstream's Cacher (used
-// here only as the comparison) and raw etcd3, over the same embedded etcd in
-// one run. Each reports, per implementation:
+// here only as the comparison) and raw etcd3, over the same etcd in
+// one run. etcd runs in a child process (bench_etcd_test.go). Each reports,
+// per implementation:
 //
 //	delivered/s     events delivered to watchers per second of the run
 //	p50-ms p99-ms   latency from a write returning to a watcher receiving it
@@ -41,9 +42,9 @@ import (
 //	closed          watchers closed before they received every event
 //	cpu-us/event    process CPU (user+sys) per delivered event
 //
-// etcd, the writer and the consumers share the process, so CPU figures
-// include them; they are the same for every implementation, so the ratios
-// compare the caches. Run with -benchtime=1x; see docs/benchmarks.md.
+// The writer and the consumers share the process with the cache, so CPU
+// figures include them; they are the same for every implementation, so the
+// ratios compare the caches. Run with -benchtime=1x; see docs/benchmarks.md.
 
 type benchImpl struct {
 	name string
@@ -106,19 +107,6 @@ func benchIndexes() (storage.IndexerFuncs, *cache.Indexers) {
 		}}
 }
 
-// benchEtcd is one embedded etcd shared by every run of a benchmark; each
-// run stores under its own prefix.
-type benchEtcd struct {
-	server *etcd3testing.EtcdTestServer
-	runs   int
-}
-
-func newBenchEtcd(b *testing.B) *benchEtcd {
-	klog.SetLogger(klog.Background().V(10)) // quiet
-	server, _ := etcd3testing.NewUnsecuredEtcd3TestClientServer(b)
-	return &benchEtcd{server: server}
-}
-
 // store returns a fresh etcd3 store under a new prefix.
 func (e *benchEtcd) store(b *testing.B) (storage.Interface, string) {
 	e.runs++
@@ -127,18 +115,36 @@ func (e *benchEtcd) store(b *testing.B) (storage.Interface, string) {
 
 // storeAt returns an etcd3 store under prefix.
 func (e *benchEtcd) storeAt(b *testing.B, prefix string) (storage.Interface, string) {
-	versioner := storage.APIObjectVersioner{}
-	compactor := etcd3.NewCompactor(e.server.V3Client.Client, 0, clock.RealClock{}, nil)
-	b.Cleanup(compactor.Stop)
-	raw, err := etcd3.New(e.server.V3Client, compactor, examplev1Blob, newBenchPod, newBenchPodList,
-		etcd3testing.PathPrefix(), prefix, schema.GroupResource{Resource: "pods"}, identity.NewEncryptCheckTransformer(),
-		etcd3.NewDefaultLeaseManagerConfig(), etcd3.NewDefaultDecoder(examplev1Blob, versioner), versioner)
+	raw, stop, err := newRawStore(e.client, prefix)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(raw.Close)
+	b.Cleanup(stop)
 	return raw, prefix
 }
+
+// newRawStore is an etcd3 store of example pods under prefix.
+func newRawStore(client *kubernetes.Client, prefix string) (storage.Interface, func(), error) {
+	versioner := storage.APIObjectVersioner{}
+	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
+	raw, err := etcd3.New(client, compactor, examplev1Blob, newBenchPod, newBenchPodList,
+		etcd3testing.PathPrefix(), prefix, schema.GroupResource{Resource: "pods"}, identity.NewEncryptCheckTransformer(),
+		etcd3.NewDefaultLeaseManagerConfig(), etcd3.NewDefaultDecoder(examplev1Blob, versioner), versioner)
+	if err != nil {
+		compactor.Stop()
+		return nil, nil, err
+	}
+	return raw, func() { raw.Close(); compactor.Stop() }, nil
+}
+
+// benchPod is the i-th pod a fan-out run writes.
+func benchPod(i, watchers int) *example.Pod {
+	return &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%06d", i), Namespace: "ns"},
+		Spec: example.PodSpec{NodeName: benchNode(i, watchers)}}
+}
+
+// benchNode spreads writes over one node per watcher.
+func benchNode(i, watchers int) string { return "node-" + strconv.Itoa(i%watchers) }
 
 // fanOut is one scenario.
 type fanOut struct {
@@ -189,14 +195,13 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func (f fanOut) run(b *testing.B, s storage.Interface, prefix string) fanOutResult {
+func (f fanOut) run(b *testing.B, e *benchEtcd, s storage.Interface, prefix string) fanOutResult {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rv, err := s.GetCurrentResourceVersion(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	node := func(i int) string { return "node-" + strconv.Itoa(i%f.watchers) }
 	writeDone := make([]atomic.Int64, f.writes)
 	type consumer struct {
 		slow     bool
@@ -210,7 +215,7 @@ func (f fanOut) run(b *testing.B, s storage.Interface, prefix string) fanOutResu
 		expected := f.writes
 		if f.selective {
 			pred = storage.SelectionPredicate{Label: labels.Everything(),
-				Field: fields.OneTermEqualSelector("spec.nodeName", node(i)), GetAttrs: podAttrs}
+				Field: fields.OneTermEqualSelector("spec.nodeName", benchNode(i, f.watchers)), GetAttrs: podAttrs}
 			expected = f.writes / f.watchers
 			if i < f.writes%f.watchers {
 				expected++
@@ -253,23 +258,11 @@ func (f fanOut) run(b *testing.B, s storage.Interface, prefix string) fanOutResu
 		}()
 	}
 
+	// The writer is the etcd child process: its CPU is not the cache's.
 	cpuStart, start := processCPU(), time.Now()
-	var interval time.Duration
-	if f.rate > 0 {
-		interval = time.Duration(float64(time.Second) / f.rate)
-	}
-	for i := 0; i < f.writes; i++ {
-		if interval > 0 {
-			if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-				time.Sleep(d) // pacing the fixed write rate
-			}
-		}
-		pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%06d", i), Namespace: "ns"},
-			Spec: example.PodSpec{NodeName: node(i)}}
-		if err := s.Create(ctx, prefix+"ns/"+pod.Name, pod, &example.Pod{}, 0); err != nil {
-			b.Fatal(err)
-		}
-		writeDone[i].Store(time.Now().UnixNano())
+	if err := e.write(benchWrite{prefix: prefix, writes: f.writes, watchers: f.watchers, rate: f.rate},
+		func(i int, at int64) { writeDone[i].Store(at) }); err != nil {
+		b.Fatal(err)
 	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -301,7 +294,7 @@ func runScenario(b *testing.B, f fanOut, impls []benchImpl) {
 			for i := 0; i < b.N; i++ {
 				raw, prefix := e.store(b)
 				s := impl.wrap(b, raw, prefix, f.selective)
-				res := f.run(b, s, prefix)
+				res := f.run(b, e, s, prefix)
 				res.report(b, f.writes)
 				if f.rate > 0 && f.slow == 0 && !f.selective {
 					recordChart(impl.name, f.watchers, res)

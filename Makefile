@@ -32,18 +32,23 @@ test-race:
 test-integration:
 	$(GO) test $(TEST_FLAGS) ./test/integration/...
 
-## bench: the short comparison with upstream's Cacher and raw etcd3 (under a minute), with
-## a chart in bin/bench-fanout.png. docs/benchmarks.md has the full set and how to reproduce it.
+## bench: the short comparison with upstream's Cacher and raw etcd3 (about a minute): prints
+## the table (median and range of BENCH_COUNT repeats, ratio to upstream), keeps the raw output
+## in bin/bench.txt and draws bin/bench-fanout.png. docs/benchmarks.md has the full set.
 BENCH_FILTER ?= BenchmarkFanOut$$/watchers=1000$$|BenchmarkFanOutFixedRate/watchers=1000$$|BenchmarkSlowWatchers|BenchmarkSelectiveWatchers/watchers=1000$$|BenchmarkIdleWatcherMemory
+BENCH_COUNT ?= 1
 bench:
 	mkdir -p $(BIN)
-	$(GO) test -run '^$$' -bench '$(BENCH_FILTER)' -benchtime=1x -timeout 30m ./pkg/storage/cacher/ \
-	  -args -chart=$(CURDIR)/$(BIN)/bench-fanout.png | grep -E '^(Benchmark|ok|FAIL)'
+	set -o pipefail; $(GO) test -run '^$$' -bench '$(BENCH_FILTER)' -benchtime=1x -count=$(BENCH_COUNT) -timeout 60m \
+	  ./pkg/storage/cacher/ -args -chart=$(CURDIR)/$(BIN)/bench-fanout.png \
+	  | tee $(BIN)/bench.txt | $(GO) run ./hack/tools/benchtable
 
 ## bench-http: real HTTP watch streams against our server and the same server over
-## upstream's Cacher, each with etcd and the load client in their own processes (~3 min).
+## upstream's Cacher, each with etcd and the load client in their own processes (~2 min a repeat).
 bench-http:
-	cd test/bench && $(GO) test -run '^$$' -bench BenchmarkHTTPWatch -benchtime=1x -timeout 30m . | grep -E '^(Benchmark|ok|FAIL)'
+	mkdir -p $(BIN)
+	set -o pipefail; cd test/bench && $(GO) test -run '^$$' -bench BenchmarkHTTPWatch -benchtime=1x \
+	  -count=$(BENCH_COUNT) -timeout 60m . | tee $(CURDIR)/$(BIN)/bench-http.txt | $(GO) run ../../hack/tools/benchtable
 
 generate:
 	hack/update-codegen.sh

@@ -60,6 +60,31 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// medians reduces repeated runs to one point per watcher count, the
+// median of each value, sorted by watcher count.
+func medians(points []chartPoint) []chartPoint {
+	byWatchers := map[int][]chartPoint{}
+	for _, p := range points {
+		byWatchers[p.watchers] = append(byWatchers[p.watchers], p)
+	}
+	var out []chartPoint
+	for w, ps := range byWatchers {
+		median := func(value func(chartPoint) float64) float64 {
+			v := make([]float64, len(ps))
+			for i, p := range ps {
+				v[i] = value(p)
+			}
+			sort.Float64s(v)
+			return v[len(v)/2]
+		}
+		out = append(out, chartPoint{watchers: w,
+			cpuPerEventUs: median(func(p chartPoint) float64 { return p.cpuPerEventUs }),
+			p99Ms:         median(func(p chartPoint) float64 { return p.p99Ms })})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].watchers < out[j].watchers })
+	return out
+}
+
 // writeChart draws two panels: CPU per delivered event, and p99 latency,
 // each against watcher count, one line per implementation.
 func writeChart(path string) error {
@@ -78,8 +103,7 @@ func writeChart(path string) error {
 	sort.Strings(impls)
 	var cpuLines, p99Lines []interface{}
 	for _, impl := range impls {
-		points := chartData[impl]
-		sort.Slice(points, func(i, j int) bool { return points[i].watchers < points[j].watchers })
+		points := medians(chartData[impl])
 		c, l := make(plotter.XYs, len(points)), make(plotter.XYs, len(points))
 		for i, p := range points {
 			c[i] = plotter.XY{X: float64(p.watchers), Y: p.cpuPerEventUs}

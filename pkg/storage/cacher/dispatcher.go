@@ -348,10 +348,12 @@ func (d *dispatcher) startCatchUpLocked(w *watcher, init *initialEvents) {
 }
 
 // catchUp feeds a watcher from the log at its consumer's pace until it
-// reaches the head.
+// reaches the head. It owns the watcher until trySync hands it back: from
+// then on the dispatcher may park it again and start another catch-up, so
+// this goroutine must not touch it.
 func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
-	defer d.endCatchUp(w)
 	if init != nil && !d.sendInitial(w, init) {
+		d.endCatchUp(w)
 		return
 	}
 	replayed := 0
@@ -361,12 +363,14 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 			since, _ := d.log.bounds()
 			w.send(tooOld(w.cursor, since))
 			d.metrics.terminated.Inc()
+			d.endCatchUp(w)
 			return
 		}
 		replayed += len(events)
 		for _, e := range events {
 			if w.covers(e.key) {
 				if ev, ok := e.forWatcher(w.pred, d.versioner); ok && !w.send(ev) {
+					d.endCatchUp(w)
 					return
 				}
 			}
@@ -399,13 +403,15 @@ func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 	return ok
 }
 
-// trySync moves a caught-up watcher back to the synced set. It reports
-// whether the catch-up goroutine is done.
+// trySync moves a caught-up watcher back to the synced set, or ends it if
+// it was stopped. It reports whether the catch-up goroutine is done; if so
+// the goroutine no longer owns the watcher.
 func (d *dispatcher) trySync(w *watcher) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	select {
 	case <-w.done:
+		d.endCatchUpLocked(w)
 		return true
 	default:
 	}
@@ -420,15 +426,18 @@ func (d *dispatcher) trySync(w *watcher) bool {
 	return true
 }
 
-// endCatchUp closes the channel of a watcher whose catch-up ended without syncing.
+// endCatchUp closes the channel of a watcher whose catch-up ended without
+// syncing. Only the goroutine that owns the watcher calls it.
 func (d *dispatcher) endCatchUp(w *watcher) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if w.state == catchingUp {
-		delete(d.lagging, w)
-		w.state = stopped
-		close(w.ch)
-	}
+	d.endCatchUpLocked(w)
+}
+
+func (d *dispatcher) endCatchUpLocked(w *watcher) {
+	delete(d.lagging, w)
+	w.state = stopped
+	close(w.ch)
 }
 
 // bookmarkObject is an empty object carrying a resourceVersion.

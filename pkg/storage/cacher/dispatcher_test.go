@@ -3,6 +3,7 @@ package cacher
 import (
 	"context"
 	"fmt"
+	goruntime "runtime"
 	"testing"
 	"time"
 
@@ -230,6 +231,50 @@ func TestSlowWatcherCatchesUp(t *testing.T) {
 	d.put("late", nil, "")
 	if g := receive(t, slow, 1); g[0].name != "late" {
 		t.Fatalf("after catching up got %v", g)
+	}
+}
+
+// TestParkedAgainRightAfterSyncing has watchers with one-event buffers
+// whose consumers keep just pace, so they are parked and synced over and
+// over. A catch-up goroutine that has handed its watcher back must not
+// touch it again, even when the dispatcher parks it at once and starts
+// another: the 10,000-watcher benchmark found one that closed the channel
+// under its successor ("send on closed channel").
+func TestParkedAgainRightAfterSyncing(t *testing.T) {
+	d := newTestDispatcher(100_000)
+	const watchers, n = 50, 2000
+	ws := make([]*watcher, watchers)
+	for i := range ws {
+		ws[i] = d.watch(t, storage.Everything, 1, "")
+	}
+	results := make(chan error, watchers)
+	for _, w := range ws {
+		go func() {
+			for i := 0; i < n; i++ {
+				e, ok := <-w.ResultChan()
+				if !ok {
+					results <- fmt.Errorf("channel closed after %d events", i)
+					return
+				}
+				if name := e.Object.(metav1.Object).GetName(); name != fmt.Sprintf("p%04d", i) {
+					results <- fmt.Errorf("event %d is %s", i, name)
+					return
+				}
+				goruntime.Gosched() // just slower than the writer, now and then
+			}
+			results <- nil
+		}()
+	}
+	for i := 0; i < n; i++ {
+		d.put(fmt.Sprintf("p%04d", i), nil, "")
+	}
+	for range ws {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if parked, _ := testutil.GetCounterMetricValue(d.metrics.parked); parked < watchers {
+		t.Fatalf("only %v parks: the test did not exercise parking", parked)
 	}
 }
 

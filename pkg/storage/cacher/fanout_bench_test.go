@@ -209,7 +209,10 @@ func (f fanOut) run(b *testing.B, e *benchEtcd, s storage.Interface, prefix stri
 	}
 	consumers := make([]*consumer, f.watchers)
 	var res fanOutResult
-	var wg sync.WaitGroup
+	// satisfied counts watchers still short of their events; exited counts
+	// consumer goroutines; finished ends them.
+	var satisfied, exited sync.WaitGroup
+	finished := make(chan struct{})
 	for i := range consumers {
 		pred := storage.Everything
 		expected := f.writes
@@ -228,13 +231,29 @@ func (f fanOut) run(b *testing.B, e *benchEtcd, s storage.Interface, prefix stri
 		}
 		c := &consumer{slow: float64(i) < f.slow*float64(f.watchers), received: make([]int64, f.writes)}
 		consumers[i] = c
-		wg.Add(1)
+		// Every watcher stays open until the run ends, including one that
+		// expects no event, so that selective runs measure the watchers
+		// that do not match as well.
+		satisfied.Add(1)
+		exited.Add(1)
 		go func() {
-			defer wg.Done()
+			defer exited.Done()
 			defer w.Stop()
+			var once sync.Once
+			done := func() { once.Do(satisfied.Done) }
+			defer done()
+			if expected == 0 {
+				done()
+			}
 			got := 0
-			for got < expected {
-				ev, ok := <-w.ResultChan()
+			for {
+				var ev watch.Event
+				var ok bool
+				select {
+				case <-finished:
+					return
+				case ev, ok = <-w.ResultChan():
+				}
 				if !ok || ev.Type == watch.Error {
 					if ok && atomic.AddInt64(&res.closed, 1) == 1 {
 						b.Logf("first watcher ended early with %v", ev.Object)
@@ -250,7 +269,9 @@ func (f fanOut) run(b *testing.B, e *benchEtcd, s storage.Interface, prefix stri
 				name := ev.Object.(metav1.Object).GetName()
 				idx, _ := strconv.Atoi(strings.TrimPrefix(name, "p-"))
 				c.received[idx] = now
-				got++
+				if got++; got == expected {
+					done()
+				}
 				if c.slow {
 					time.Sleep(f.slowDelay) // the workload: a consumer that takes this long per event
 				}
@@ -264,15 +285,15 @@ func (f fanOut) run(b *testing.B, e *benchEtcd, s storage.Interface, prefix stri
 		func(i int, at int64) { writeDone[i].Store(at) }); err != nil {
 		b.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	allSatisfied := make(chan struct{})
+	go func() { satisfied.Wait(); close(allSatisfied) }()
 	select {
-	case <-done:
-	case <-time.After(2 * time.Minute):
-		cancel() // bounded: whatever is not delivered by now counts as not delivered
-		<-done
+	case <-allSatisfied:
+	case <-time.After(2 * time.Minute): // bounded: whatever is not delivered by now counts as not delivered
 	}
 	res.elapsed, res.cpu = time.Since(start), processCPU()-cpuStart
+	close(finished)
+	exited.Wait()
 	for _, c := range consumers {
 		for i, at := range c.received {
 			if at == 0 {

@@ -73,7 +73,7 @@ const (
 
 // harnessFlags are what a cluster would provide, or what the harness must
 // turn off for want of a kube-apiserver. See the comment above.
-func harnessFlags(dir, aggregatorKubeconfig, frontProxyCA string) []string {
+func harnessFlags(aggregatorKubeconfig, frontProxyCA string) []string {
 	return []string{
 		"--requestheader-client-ca-file", frontProxyCA,
 		"--requestheader-allowed-names", frontProxyUser,
@@ -157,7 +157,7 @@ func startAggregated(t *testing.T) *aggregatedServer {
 
 	// Our server, with the Deployment's arguments.
 	args := deploymentArgs(t, manifests, dir)
-	args = append(args, harnessFlags(dir, kubeconfig, frontProxyCAFile)...)
+	args = append(args, harnessFlags(kubeconfig, frontProxyCAFile)...)
 	inst, _ := runServer(t, backendLn, args)
 
 	front := &testServer{Addr: aggLn.Addr().String(), URL: aggURL, Kubeconfig: kubeconfig, EtcdEndpoint: inst.EtcdEndpoints[0]}

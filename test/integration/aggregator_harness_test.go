@@ -355,10 +355,6 @@ func registerAPIServices(t *testing.T, front *rest.Config, manifests string, bac
 	for _, version := range []string{"v1beta1", "v1alpha1"} {
 		var svc apiregistrationv1.APIService
 		readManifest(t, filepath.Join(manifests, "apiservice-"+version+".yaml"), &svc)
-		created, err := client.Create(ctx, &svc, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
 		probe := &rest.Config{
 			Host: backend.String(),
 			TLSClientConfig: rest.TLSClientConfig{
@@ -366,7 +362,14 @@ func registerAPIServices(t *testing.T, front *rest.Config, manifests string, bac
 				ServerName: svc.Spec.Service.Name + "." + svc.Spec.Service.Namespace + ".svc",
 			},
 		}
+		// Probe before creating: the aggregator's OpenAPI controllers fetch
+		// our spec a second after the APIService appears, and a fetch that
+		// meets an unavailable APIService backs off for a minute.
 		waitReady(t, probe)
+		created, err := client.Create(ctx, &svc, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		created.Status.Conditions = []apiregistrationv1.APIServiceCondition{{
 			Type:               apiregistrationv1.Available,
 			Status:             apiregistrationv1.ConditionTrue,
@@ -380,25 +383,41 @@ func registerAPIServices(t *testing.T, front *rest.Config, manifests string, bac
 	}
 }
 
-// waitDiscovered waits until the aggregator's discovery serves both versions.
+// waitDiscovered waits until the aggregator serves both versions in
+// discovery and in its merged OpenAPI v3 (which kubectl explain reads). The
+// aggregator fills both asynchronously after an APIService turns Available.
 func waitDiscovered(t *testing.T, cfg *rest.Config) {
 	t.Helper()
 	client := kubernetes.NewForConfigOrDie(cfg).Discovery()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true,
+	wantPaths := []string{"apis/fleet.example.com/v1beta1", "apis/fleet.example.com/v1alpha1"}
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true,
 		func(context.Context) (bool, error) {
 			groups, err := client.ServerGroups()
 			if err != nil {
 				return false, nil
 			}
+			discovered := false
 			for _, g := range groups.Groups {
 				if g.Name == "fleet.example.com" && len(g.Versions) == 2 {
-					return true, nil
+					discovered = true
 				}
 			}
-			return false, nil
+			if !discovered {
+				return false, nil
+			}
+			paths, err := client.OpenAPIV3().Paths()
+			if err != nil {
+				return false, nil
+			}
+			for _, p := range wantPaths {
+				if _, ok := paths[p]; !ok {
+					return false, nil
+				}
+			}
+			return true, nil
 		})
 	if err != nil {
-		t.Fatalf("the aggregator never discovered fleet.example.com in both versions: %v", err)
+		t.Fatalf("the aggregator never served fleet.example.com in both versions in discovery and OpenAPI v3: %v", err)
 	}
 }
 

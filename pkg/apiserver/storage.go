@@ -4,6 +4,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
 )
@@ -16,6 +21,10 @@ type WatchCacheOptions struct {
 	// ConsistentReadFallback sends reads to etcd when the cache is not ready
 	// or cannot catch up in time, instead of answering 429.
 	ConsistentReadFallback bool
+	// Sizes are --watch-cache-sizes, parsed. As upstream, a size of 0 turns
+	// the cache off for that resource and any other size is ignored: the
+	// event log sizes itself.
+	Sizes map[schema.GroupResource]int
 }
 
 // StorageDecorator returns the decorator every fleet resource's storage is
@@ -29,12 +38,27 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 	if !o.Enabled {
 		return generic.UndecoratedStorage
 	}
-	return cacher.StorageDecorator(cacher.Config{
+	cached := cacher.StorageDecorator(cacher.Config{
 		// Idle resources' bookmarks then carry fresh resourceVersions even
 		// against an etcd whose own progress-notify interval is long.
 		PeriodicProgressRequests: true,
 		ConsistentReadFallback:   o.ConsistentReadFallback,
 	})
+	return func(config *storagebackend.ConfigForResource, resourcePrefix string,
+		keyFunc func(runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object,
+		getAttrsFunc storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
+	) (storage.Interface, factory.DestroyFunc, error) {
+		decorate := cached
+		if size, ok := o.Sizes[config.GroupResource]; ok {
+			if size <= 0 {
+				klog.InfoS("Not using the watch cache: --watch-cache-sizes sets 0", "resource", config.GroupResource)
+				decorate = generic.UndecoratedStorage
+			} else {
+				klog.InfoS("Ignoring a --watch-cache-sizes size: the watch cache sizes itself", "resource", config.GroupResource, "size", size)
+			}
+		}
+		return decorate(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrsFunc, triggers, indexers)
+	}
 }
 
 // withDecorator overrides the decorator of every RESTOptions it hands out.

@@ -57,11 +57,18 @@ func etcdWatchers(t *testing.T) float64 {
 func TestOneEtcdWatchPerResource(t *testing.T) {
 	const watchers = 500
 	for _, tc := range []struct {
-		watchCache bool
-		want       float64
-	}{{watchCache: true, want: 0}, {watchCache: false, want: watchers}} {
-		t.Run(fmt.Sprintf("watchCache=%v", tc.watchCache), func(t *testing.T) {
-			s := startServer(t, t.TempDir(), fmt.Sprintf("--watch-cache=%v", tc.watchCache))
+		flag string
+		want float64
+	}{
+		{flag: "--watch-cache=true", want: 0},
+		{flag: "--watch-cache=false", want: watchers},
+		// As upstream: 0 turns the cache off for one resource, and other
+		// sizes are ignored because the event log sizes itself.
+		{flag: "--watch-cache-sizes=assignments.fleet.example.com#0", want: watchers},
+		{flag: "--watch-cache-sizes=assignments.fleet.example.com#100", want: 0},
+	} {
+		t.Run(tc.flag, func(t *testing.T) {
+			s := startServer(t, t.TempDir(), tc.flag)
 			ctx := context.Background()
 			c := s.Client.FleetV1beta1().Assignments("fanout")
 			list, err := c.List(ctx, metav1.ListOptions{})

@@ -163,6 +163,9 @@ func (o *Options) Validate() error {
 		defer func() { o.Recommended.Etcd.StorageConfig.Transport.ServerList = nil }()
 	}
 	errs = append(errs, o.Recommended.Validate()...)
+	if _, err := genericoptions.ParseWatchCacheSizes(o.Recommended.Etcd.WatchCacheSizes); err != nil {
+		errs = append(errs, fmt.Errorf("--watch-cache-sizes: %w (want resource.group#size, e.g. assignments.fleet.example.com#0)", err))
+	}
 	errs = append(errs, o.ServerRun.Validate()...)
 	errs = append(errs, o.EmbeddedEtcd.Validate()...)
 	return utilerrors.NewAggregate(errs)
@@ -214,9 +217,14 @@ func (o *Options) Config() (*apiserver.Config, error) {
 			return nil, err
 		}
 	}
+	sizes, err := genericoptions.ParseWatchCacheSizes(o.Recommended.Etcd.WatchCacheSizes)
+	if err != nil {
+		return nil, fmt.Errorf("--watch-cache-sizes: %w", err)
+	}
 	decorator := apiserver.StorageDecorator(apiserver.WatchCacheOptions{
 		Enabled:                o.Recommended.Etcd.EnableWatchCache,
 		ConsistentReadFallback: o.ConsistentReadFallback,
+		Sizes:                  sizes,
 	})
 	if o.StorageDecoratorOverride != nil {
 		decorator = o.StorageDecoratorOverride

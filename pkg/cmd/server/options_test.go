@@ -1,0 +1,44 @@
+package server
+
+import (
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+)
+
+func TestValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string // empty: valid
+	}{
+		{name: "defaults"},
+		{name: "aggregated", args: []string{"--mode=aggregated"}},
+		{name: "unknown mode", args: []string{"--mode=cluster"}, wantErr: `--mode must be "standalone" or "aggregated", not "cluster"`},
+		{name: "cache off for one resource", args: []string{"--watch-cache-sizes=assignments.fleet.example.com#0,agents.fleet.example.com#100"}},
+		{name: "size without resource separator", args: []string{"--watch-cache-sizes=assignments.fleet.example.com"},
+			wantErr: "--watch-cache-sizes: invalid value of watch cache size: assignments.fleet.example.com (want resource.group#size"},
+		{name: "size not a number", args: []string{"--watch-cache-sizes=assignments.fleet.example.com#none"},
+			wantErr: "--watch-cache-sizes: invalid size of watch cache size"},
+		{name: "negative size", args: []string{"--watch-cache-sizes=assignments.fleet.example.com#-1"},
+			wantErr: "--watch-cache-sizes: watch cache size cannot be negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewOptions(io.Discard)
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(append([]string{"--data-dir=" + t.TempDir()}, tc.args...)); err != nil {
+				t.Fatal(err)
+			}
+			err := o.Validate()
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("Validate() = %v, want no error", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("Validate() = %v, want an error containing %q", err, tc.wantErr)
+			}
+		})
+	}
+}

@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build run kubectl test test-unit test-race test-integration generate verify bench bench-http clean
+.PHONY: all build run kubectl test test-unit test-race test-integration generate verify bench bench-store bench-http clean
 
 all: build
 
@@ -42,6 +42,13 @@ bench:
 	set -o pipefail; $(GO) test -run '^$$' -bench '$(BENCH_FILTER)' -benchtime=1x -count=$(BENCH_COUNT) -timeout 60m \
 	  ./pkg/storage/cacher/ -args -chart=$(CURDIR)/$(BIN)/bench-fanout.png \
 	  | tee $(BIN)/bench.txt | $(GO) run ./hack/tools/benchtable
+
+## bench-store: upstream's RunBenchmarkWriteThroughput and RunBenchmarkStoreList against
+## both caches (about 10 s a repeat); raw output in bin/bench-store.txt.
+bench-store:
+	mkdir -p $(BIN)
+	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkUpstreamStore -benchtime=200x -count=$(BENCH_COUNT) \
+	  -timeout 60m ./pkg/storage/cacher/ 2>/dev/null | tee $(BIN)/bench-store.txt | $(GO) run ./hack/tools/benchtable
 
 ## bench-http: real HTTP watch streams against our server and the same server over
 ## upstream's Cacher, each with etcd and the load client in their own processes (~2 min a repeat).

@@ -2,8 +2,9 @@
 // and metric, the median and range of the repeats for each implementation
 // and the ratio of ours to upstream's medians, as a Markdown table.
 //
-// A benchmark's last name segment (or its impl=… segment) names the
-// implementation: ours, upstream or etcd3. Lines that are not benchmark
+// A benchmark's last name segment, or an impl=… segment anywhere in its
+// name, names the implementation: ours, upstream or etcd3. The rest of the
+// name, without the GOMAXPROCS suffix, names the scenario. Lines that are not benchmark
 // results pass through to stderr untouched.
 package main
 
@@ -27,9 +28,30 @@ func main() {
 	t.write(os.Stdout)
 }
 
-// implPattern finds the implementation in a benchmark name, with the
-// GOMAXPROCS suffix: …/ours-2 or …/impl=ours-2.
-var implPattern = regexp.MustCompile(`/(?:impl=)?(ours|upstream|etcd3)(?:-\d+)?$`)
+// implPattern finds the implementation in a benchmark name: …/ours-2,
+// …/impl=ours-2, or …/impl=ours/… where sub-benchmarks follow (as in
+// upstream's store benchmarks, which name their own sub-benchmarks).
+var implPattern = regexp.MustCompile(`/(?:impl=(ours|upstream|etcd3)(?:/|-\d+$|$)|(ours|upstream|etcd3)(?:-\d+)?$)`)
+
+// procsSuffix is the GOMAXPROCS suffix go test appends to a name.
+var procsSuffix = regexp.MustCompile(`-\d+$`)
+
+// scenarioAndImpl splits a benchmark name; ok is false when no
+// implementation is named.
+func scenarioAndImpl(name string) (scenario, impl string, ok bool) {
+	m := implPattern.FindStringSubmatch(name)
+	if m == nil {
+		return "", "", false
+	}
+	impl = m[1] + m[2]
+	i := strings.Index(name, m[0])
+	rest := name[i+len(m[0]):]
+	scenario = name[:i]
+	if rest != "" {
+		scenario += "/" + procsSuffix.ReplaceAllString(rest, "")
+	}
+	return scenario, impl, true
+}
 
 // table holds every value, by scenario, metric and implementation, in the
 // order scenarios and metrics first appeared.
@@ -51,13 +73,11 @@ func parse(r io.Reader, passthrough io.Writer) (*table, error) {
 			fmt.Fprintln(passthrough, line)
 			continue
 		}
-		m := implPattern.FindStringSubmatchIndex(fields[0])
-		if m == nil {
+		scenario, impl, ok := scenarioAndImpl(fields[0])
+		if !ok {
 			fmt.Fprintln(passthrough, line)
 			continue
 		}
-		scenario := fields[0][:m[0]]
-		impl := fields[0][m[2]:m[3]]
 		if !slices.Contains(t.scenarios, scenario) {
 			t.scenarios = append(t.scenarios, scenario)
 		}

@@ -17,6 +17,8 @@ BenchmarkFanOut/watchers=1000/upstream-2  1   94591775 ns/op   12.0 %delivered  
 BenchmarkFanOut/watchers=1000/etcd3-2     1   94591775 ns/op  100.0 %delivered  0 closed  10 cpu-us/event
 BenchmarkHTTPWatch/streams=1000/impl=ours-2      1  1 ns/op  22000 events/s
 BenchmarkHTTPWatch/streams=1000/impl=upstream-2  1  1 ns/op  20000 events/s
+BenchmarkUpstreamStore/impl=ours/List/RV=Exact/Scope=Cluster-2      200  1 ns/op  4000 list-objs/s
+BenchmarkUpstreamStore/impl=upstream/List/RV=Exact/Scope=Cluster-2  200  1 ns/op  2000 list-objs/s
 BenchmarkOther  1  5 ns/op
 ok  	pkg	1s
 `
@@ -30,6 +32,7 @@ ok  	pkg	1s
 		"| FanOut/watchers=1000 | cpu-us/event | 0.60 (0.50–0.70) | 3.00 (2.00–4.00) | 0.20× | 3 |",
 		"| FanOut/watchers=1000 | closed | 0.00 (0.00–0.00) | 950 (900–986) | 0.00× | 3 |",
 		"| HTTPWatch/streams=1000 | events/s | 22.0 k | 20.0 k | 1.10× | 1 |",
+		"| UpstreamStore/List/RV=Exact/Scope=Cluster | list-objs/s | 4000 | 2000 | 2.00× | 1 |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks\n%s\nin\n%s", want, out.String())

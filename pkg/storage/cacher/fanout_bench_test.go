@@ -335,9 +335,10 @@ func BenchmarkFanOut(b *testing.B) {
 }
 
 // BenchmarkFanOutFixedRate: N watchers, writes at 100/s, so both caches
-// deliver everything and CPU and latency are what differ.
+// deliver everything and CPU and latency are what differ. The middle
+// counts give the chart its shape.
 func BenchmarkFanOutFixedRate(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
+	for _, n := range []int{1000, 2500, 5000, 10000} {
 		b.Run(fmt.Sprintf("watchers=%d", n), func(b *testing.B) {
 			runScenario(b, fanOut{watchers: n, writes: 200, rate: 100}, benchImpls[:2])
 		})
@@ -409,7 +410,7 @@ func BenchmarkUpstreamStore(b *testing.B) {
 	// Upstream's functions use keys under /pods/, so each run gets its own etcd.
 	data := storagetesting.PrepareBenchmarkData(10, 100, 50)
 	for _, impl := range benchImpls[:2] {
-		b.Run(impl.name, func(b *testing.B) {
+		b.Run("impl="+impl.name, func(b *testing.B) {
 			b.Run("WriteThroughput", func(b *testing.B) {
 				raw, prefix := newBenchEtcd(b).storeAt(b, "/pods/")
 				s := impl.wrap(b, raw, prefix, true)

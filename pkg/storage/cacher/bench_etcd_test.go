@@ -5,20 +5,18 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/url"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
-	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/klog/v2"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/loopbacketcd"
 )
 
 // benchEtcdEnv, set in the environment, makes this test binary run an etcd
@@ -111,40 +109,20 @@ func newBenchEtcd(b *testing.B) *benchEtcd {
 // runBenchEtcd is the child: an etcd on free loopback ports in dir, until
 // stdin closes. It prints "ready <client URL>" once it serves.
 func runBenchEtcd(dir string) int {
-	ports := make([]int, 2)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	cfg.LogLevel = "error"
-	cfg.UnsafeNoFsync = true // a benchmark's throwaway data
-	client := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(ports[0])}
-	peer := url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(ports[1])}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
+	e, endpoint, err := loopbacketcd.Start(dir, 0, 0)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer e.Close()
-	<-e.Server.ReadyNotify()
-	c, err := kubernetes.New(clientv3.Config{Endpoints: []string{client.String()}, DialTimeout: 20 * time.Second})
+	c, err := kubernetes.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 20 * time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer c.Close()
 	out := bufio.NewWriter(os.Stdout)
-	fmt.Fprintln(out, "ready", client.String())
+	fmt.Fprintln(out, "ready", endpoint)
 	out.Flush()
 	commands := bufio.NewScanner(os.Stdin)
 	for commands.Scan() {

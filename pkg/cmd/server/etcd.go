@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -63,31 +64,53 @@ func (o *EmbeddedEtcdOptions) Validate() []error {
 	if o.ProgressNotifyInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--embedded-etcd-progress-notify-interval must be positive"))
 	}
+	if _, err := parseEtcdLogLevel(o.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
 	return errs
+}
+
+// embeddedEtcd is the etcd this process runs.
+type embeddedEtcd struct {
+	*embed.Etcd
+	// stopping is set by Close, before etcd stops, so that its logger
+	// drops the errors every listener reports when it closes.
+	stopping *atomic.Bool
+}
+
+// Close stops etcd.
+func (e embeddedEtcd) Close() {
+	e.stopping.Store(true)
+	e.Etcd.Close()
 }
 
 // start runs etcd with its data in dataDir/etcd and returns it once it
 // serves. The caller closes it after the API server has shut down.
-func (o *EmbeddedEtcdOptions) start(dataDir string) (*embed.Etcd, error) {
+func (o *EmbeddedEtcdOptions) start(dataDir string) (embeddedEtcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "cached-apiserver"
 	cfg.Dir = filepath.Join(dataDir, "etcd")
 	cfg.LogLevel = o.LogLevel
+	stopping := &atomic.Bool{}
+	logger, err := etcdLogger(o.LogLevel, stopping)
+	if err != nil {
+		return embeddedEtcd{}, fmt.Errorf("embedded etcd logger: %w", err)
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
 	cfg.QuotaBackendBytes = o.QuotaBackendBytes
 	cfg.WatchProgressNotifyInterval = o.ProgressNotifyInterval
 	// The API server compacts (--etcd-compaction-interval), as it does with any etcd.
 	cfg.AutoCompactionRetention = "0"
 
 	clientPort := o.ClientPort
-	var err error
 	if clientPort == 0 {
 		if clientPort, err = freePort(); err != nil {
-			return nil, err
+			return embeddedEtcd{}, err
 		}
 	}
 	peerPort, err := freePort()
 	if err != nil {
-		return nil, err
+		return embeddedEtcd{}, err
 	}
 	clientURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))}
 	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
@@ -95,15 +118,16 @@ func (o *EmbeddedEtcdOptions) start(dataDir string) (*embed.Etcd, error) {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 
-	e, err := embed.StartEtcd(cfg)
+	started, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("starting embedded etcd in %s: %w", cfg.Dir, err)
+		return embeddedEtcd{}, fmt.Errorf("starting embedded etcd in %s: %w", cfg.Dir, err)
 	}
+	e := embeddedEtcd{Etcd: started, stopping: stopping}
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(time.Minute):
 		e.Close()
-		return nil, fmt.Errorf("embedded etcd in %s did not become ready within a minute", cfg.Dir)
+		return embeddedEtcd{}, fmt.Errorf("embedded etcd in %s did not become ready within a minute", cfg.Dir)
 	}
 	klog.InfoS("Embedded etcd is serving", "endpoint", clientURL.String(), "dataDir", cfg.Dir)
 	return e, nil

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -100,6 +99,9 @@ func NewOptions(out io.Writer) *Options {
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1beta1.SchemeGroupVersion, schema.GroupKind{Group: fleet.GroupName})
 	o.Recommended.SecureServing.BindPort = defaultPort
+	// The server has nothing to offer without its HTTPS port: 0 is an
+	// error, not "serve nothing".
+	o.Recommended.SecureServing.Required = true
 	// With a positive grace period the generic server ends open watches on
 	// shutdown, spread over the period; with upstream's default of 0 it
 	// leaves them open and shutdown waits out its 60 s timeout.
@@ -260,7 +262,7 @@ type Instance struct {
 	EtcdEndpoints []string
 
 	server *apiserver.Server
-	etcd   *embed.Etcd
+	etcd   *embeddedEtcd
 }
 
 // NewInstance completes, validates and builds the server, starting the
@@ -278,7 +280,7 @@ func (o *Options) NewInstance() (*Instance, error) {
 		if err != nil {
 			return nil, err
 		}
-		inst.etcd = e
+		inst.etcd = &e
 		// The listener address lacks a scheme; etcd's client wants a URL.
 		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{"http://" + e.Clients[0].Addr().String()}
 	}

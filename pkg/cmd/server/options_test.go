@@ -22,6 +22,11 @@ func TestValidate(t *testing.T) {
 			wantErr: "--watch-cache-sizes: invalid value of watch cache size: assignments.fleet.example.com (want resource.group#size"},
 		{name: "size not a number", args: []string{"--watch-cache-sizes=assignments.fleet.example.com#none"},
 			wantErr: "--watch-cache-sizes: invalid size of watch cache size"},
+		{name: "no HTTPS port", args: []string{"--secure-port=0"},
+			wantErr: "--secure-port 0 must be between 1 and 65535, inclusive. It cannot be turned off with 0"},
+		{name: "unknown etcd log level", args: []string{"--embedded-etcd-log-level=loud"},
+			wantErr: `--embedded-etcd-log-level must be debug, info, warn or error, not "loud"`},
+		{name: "etcd log level", args: []string{"--embedded-etcd-log-level=warn"}},
 		{name: "negative size", args: []string{"--watch-cache-sizes=assignments.fleet.example.com#-1"},
 			wantErr: "--watch-cache-sizes: watch cache size cannot be negative"},
 	} {

@@ -392,17 +392,18 @@ func waitDiscovered(t *testing.T, cfg *rest.Config) {
 	wantPaths := []string{"apis/fleet.example.com/v1beta1", "apis/fleet.example.com/v1alpha1"}
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true,
 		func(context.Context) (bool, error) {
-			groups, err := client.ServerGroups()
+			// The aggregated discovery document, with each version's resources.
+			_, resources, err := client.ServerGroupsAndResources()
 			if err != nil {
 				return false, nil
 			}
-			discovered := false
-			for _, g := range groups.Groups {
-				if g.Name == "fleet.example.com" && len(g.Versions) == 2 {
-					discovered = true
+			served := 0
+			for _, list := range resources {
+				if strings.HasPrefix(list.GroupVersion, "fleet.example.com/") && len(list.APIResources) > 0 {
+					served++
 				}
 			}
-			if !discovered {
+			if served != 2 {
 				return false, nil
 			}
 			paths, err := client.OpenAPIV3().Paths()

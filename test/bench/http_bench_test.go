@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/loopbacketcd"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
@@ -61,12 +62,11 @@ func build(b *testing.B) string {
 }
 
 func freePort(b *testing.B) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := loopbacketcd.FreePort()
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // process is a child process that ends with the benchmark.
@@ -152,7 +152,7 @@ func runHTTP(b *testing.B, impl string, sc scenario) {
 	dir := b.TempDir()
 	etcdPort := freePort(b)
 	start(b, filepath.Join(bins, "etcd"), "-data-dir", filepath.Join(dir, "etcd"),
-		"-client-port", strconv.Itoa(etcdPort), "-peer-port", strconv.Itoa(freePort(b)))
+		"-client-port", strconv.Itoa(etcdPort))
 	server := start(b, filepath.Join(bins, impl), "--data-dir", filepath.Join(dir, "server"),
 		"--secure-port", strconv.Itoa(freePort(b)), "--etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", etcdPort),
 		"--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0")

@@ -1,6 +1,8 @@
 package apiserver
 
 import (
+	"time"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -21,6 +23,9 @@ type WatchCacheOptions struct {
 	// ConsistentReadFallback sends reads to etcd when the cache is not ready
 	// or cannot catch up in time, instead of answering 429.
 	ConsistentReadFallback bool
+	// ConsistencyCheckInterval is how often each resource's cache compares
+	// itself with etcd; 0 turns the check off.
+	ConsistencyCheckInterval time.Duration
 	// Sizes are --watch-cache-sizes, parsed. As upstream, a size of 0 turns
 	// the cache off for that resource and any other size is ignored: the
 	// event log sizes itself.
@@ -38,11 +43,16 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 	if !o.Enabled {
 		return generic.UndecoratedStorage
 	}
+	checkInterval := o.ConsistencyCheckInterval
+	if checkInterval == 0 {
+		checkInterval = -1 // Config's "off"
+	}
 	cached := cacher.StorageDecorator(cacher.Config{
 		// Idle resources' bookmarks then carry fresh resourceVersions even
 		// against an etcd whose own progress-notify interval is long.
 		PeriodicProgressRequests: true,
 		ConsistentReadFallback:   o.ConsistentReadFallback,
+		ConsistencyCheckInterval: checkInterval,
 	})
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string,
 		keyFunc func(runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object,

@@ -30,6 +30,7 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apiserver"
 	fleetopenapi "github.com/cached-apiserver/cached-apiserver/pkg/generated/openapi"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
 )
 
 // The modes the server runs in.
@@ -72,6 +73,9 @@ type Options struct {
 	// not ready or too far behind; --watch-cache (from the etcd options)
 	// turns the cache itself on or off.
 	ConsistentReadFallback bool
+	// ConsistencyCheckInterval is how often each resource's watch cache
+	// compares itself with etcd; 0 turns the check off.
+	ConsistencyCheckInterval time.Duration
 
 	// Out receives the startup banner.
 	Out io.Writer
@@ -95,6 +99,8 @@ func NewOptions(out io.Writer) *Options {
 		Mode:         ModeStandalone,
 		DataDir:      defaultDataDir,
 		Out:          out,
+
+		ConsistencyCheckInterval: cacher.DefaultConsistencyCheckInterval,
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1beta1.SchemeGroupVersion, schema.GroupKind{Group: fleet.GroupName})
@@ -120,6 +126,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ConsistentReadFallback, "watch-cache-consistent-read-fallback", o.ConsistentReadFallback,
 		"Serve reads from etcd while the watch cache is initializing or cannot catch up within 3s, instead of "+
 			"answering 429 Too Many Requests. Off by default: under load the fallback moves the whole read load onto etcd.")
+	fs.DurationVar(&o.ConsistencyCheckInterval, "watch-cache-consistency-check-interval", o.ConsistencyCheckInterval,
+		"How often each resource's watch cache compares its keys and resourceVersions with etcd's, read keys-only, "+
+			"and re-lists when they differ (each wait jittered up to 1.5x). 0 turns the check off.")
 	o.Recommended.AddFlags(fs)
 	o.ServerRun.AddUniversalFlags(fs)
 	o.EmbeddedEtcd.AddFlags(fs)
@@ -167,6 +176,9 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.Recommended.Validate()...)
 	if _, err := genericoptions.ParseWatchCacheSizes(o.Recommended.Etcd.WatchCacheSizes); err != nil {
 		errs = append(errs, fmt.Errorf("--watch-cache-sizes: %w (want resource.group#size, e.g. assignments.fleet.example.com#0)", err))
+	}
+	if o.ConsistencyCheckInterval < 0 {
+		errs = append(errs, fmt.Errorf("--watch-cache-consistency-check-interval must be 0 (off) or positive, not %v", o.ConsistencyCheckInterval))
 	}
 	errs = append(errs, o.ServerRun.Validate()...)
 	errs = append(errs, o.EmbeddedEtcd.Validate()...)
@@ -224,9 +236,10 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		return nil, fmt.Errorf("--watch-cache-sizes: %w", err)
 	}
 	decorator := apiserver.StorageDecorator(apiserver.WatchCacheOptions{
-		Enabled:                o.Recommended.Etcd.EnableWatchCache,
-		ConsistentReadFallback: o.ConsistentReadFallback,
-		Sizes:                  sizes,
+		Enabled:                  o.Recommended.Etcd.EnableWatchCache,
+		ConsistentReadFallback:   o.ConsistentReadFallback,
+		ConsistencyCheckInterval: o.ConsistencyCheckInterval,
+		Sizes:                    sizes,
 	})
 	if o.StorageDecoratorOverride != nil {
 		decorator = o.StorageDecoratorOverride

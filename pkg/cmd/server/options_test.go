@@ -27,6 +27,9 @@ func TestValidate(t *testing.T) {
 		{name: "unknown etcd log level", args: []string{"--embedded-etcd-log-level=loud"},
 			wantErr: `--embedded-etcd-log-level must be debug, info, warn or error, not "loud"`},
 		{name: "etcd log level", args: []string{"--embedded-etcd-log-level=warn"}},
+		{name: "consistency check off", args: []string{"--watch-cache-consistency-check-interval=0"}},
+		{name: "negative consistency check interval", args: []string{"--watch-cache-consistency-check-interval=-1m"},
+			wantErr: "--watch-cache-consistency-check-interval must be 0 (off) or positive, not -1m0s"},
 		{name: "negative size", args: []string{"--watch-cache-sizes=assignments.fleet.example.com#-1"},
 			wantErr: "--watch-cache-sizes: watch cache size cannot be negative"},
 	} {

@@ -3,11 +3,13 @@ package cacher
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"reflect"
 	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
@@ -25,6 +27,14 @@ type Cacher struct {
 	log     *eventLog
 	d       *dispatcher
 	ready   *readiness
+
+	// relistRequests carries the consistency check's request to list again.
+	relistRequests chan string
+	// etcdAnswered is signalled when a request through the cache reached
+	// etcd and succeeded: a re-watch waiting for etcd to recover tries at once.
+	etcdAnswered chan struct{}
+	// outage tracks time without an etcd watch; only the ingest loop uses it.
+	outage outage
 
 	stop context.CancelFunc
 	// done is closed when the ingest loop has exited.
@@ -46,7 +56,9 @@ func New(cfg Config) (*Cacher, error) {
 	if err := cfg.complete(); err != nil {
 		return nil, err
 	}
-	c := &Cacher{cfg: cfg, metrics: newCacheMetrics(cfg.GroupResource), ready: newReadiness(), done: make(chan struct{})}
+	c := &Cacher{cfg: cfg, metrics: newCacheMetrics(cfg.GroupResource), ready: newReadiness(), done: make(chan struct{}),
+		relistRequests: make(chan string, 1), etcdAnswered: make(chan struct{}, 1)}
+	c.outage.cache = c
 	c.store = newStore(c.indexFuncs())
 	c.log = newEventLog(cfg.HistoryWindow, cfg.MinHistorySize, cfg.MaxHistorySize)
 	c.d = newDispatcher(c.store, c.log, cfg.Versioner, cfg.NewFunc, cfg.Clock, cfg.BookmarkFrequency, c.metrics)
@@ -57,6 +69,9 @@ func New(cfg Config) (*Cacher, error) {
 	c.stop = cancel
 	go c.run(ctx)
 	go c.tick(ctx)
+	if cfg.KeyReader != nil && cfg.ConsistencyCheckInterval > 0 {
+		go c.checkLoop(ctx)
+	}
 	return c, nil
 }
 
@@ -94,8 +109,13 @@ func (c *Cacher) tick(ctx context.Context) {
 	}
 }
 
+// requestProgress asks etcd for a progress notification on the cache's
+// watch. It gives up after an interval: a stalled connection must not stall
+// the caller, and the silence check asks again.
 func (c *Cacher) requestProgress() {
-	if err := c.cfg.Storage.RequestWatchProgress(context.Background()); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProgressRequestInterval)
+	defer cancel()
+	if err := c.cfg.Storage.RequestWatchProgress(ctx); err != nil {
 		klog.V(4).InfoS("Requesting watch progress failed", "resource", c.cfg.GroupResource, "err", err)
 	}
 }
@@ -109,11 +129,19 @@ func (c *Cacher) keys(ctx context.Context) ([]string, error) {
 	return c.store.keys(), nil
 }
 
-// waitConsistent waits until the cache holds etcd's current revision.
+// waitConsistent waits until the cache holds etcd's current revision. When
+// etcd cannot tell its revision in FreshnessTimeout, as while the member has
+// no leader, the read fails with 503 rather than serve what may be stale.
 func (c *Cacher) waitConsistent(ctx context.Context) error {
-	rv, err := c.cfg.Storage.GetCurrentResourceVersion(ctx)
+	revCtx, cancel := context.WithTimeout(ctx, c.cfg.FreshnessTimeout)
+	rv, err := c.cfg.Storage.GetCurrentResourceVersion(revCtx)
+	cancel()
+	c.etcdAnsweredOK(err)
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return c.noCurrentRevision(err)
 	}
 	if err := c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
 		if storage.IsTooLargeResourceVersion(err) {
@@ -124,6 +152,19 @@ func (c *Cacher) waitConsistent(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// noCurrentRevision is the error of a consistent read while etcd cannot
+// give its current revision: 503 with Retry-After, and what to do instead.
+func (c *Cacher) noCurrentRevision(err error) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure,
+		Code:   http.StatusServiceUnavailable,
+		Reason: metav1.StatusReasonServiceUnavailable,
+		Message: fmt.Sprintf("cannot serve a consistent read of %s: etcd did not tell its current revision (%v). "+
+			"Retry shortly, or read with resourceVersion=0 to accept the watch cache's possibly stale state", c.what(), err),
+		Details: &metav1.StatusDetails{Group: c.cfg.GroupResource.Group, Kind: c.cfg.GroupResource.Resource, RetryAfterSeconds: 1},
+	}}
 }
 
 // what names the resource in errors.
@@ -145,7 +186,7 @@ func (c *Cacher) Versioner() storage.Versioner { return c.cfg.Storage.Versioner(
 
 // Create implements storage.Interface.
 func (c *Cacher) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
-	return c.cfg.Storage.Create(ctx, key, obj, out, ttl)
+	return c.etcdAnsweredOK(c.cfg.Storage.Create(ctx, key, obj, out, ttl))
 }
 
 // Delete implements storage.Interface, offering the cached object as the
@@ -155,7 +196,7 @@ func (c *Cacher) Delete(ctx context.Context, key string, out runtime.Object, pre
 	if cachedExistingObject == nil {
 		cachedExistingObject = c.suggestion(key)
 	}
-	return c.cfg.Storage.Delete(ctx, key, out, preconditions, validateDeletion, cachedExistingObject, opts)
+	return c.etcdAnsweredOK(c.cfg.Storage.Delete(ctx, key, out, preconditions, validateDeletion, cachedExistingObject, opts))
 }
 
 // GuaranteedUpdate implements storage.Interface, offering the cached object
@@ -165,7 +206,7 @@ func (c *Cacher) GuaranteedUpdate(ctx context.Context, key string, destination r
 	if cachedExistingObject == nil {
 		cachedExistingObject = c.suggestion(key)
 	}
-	return c.cfg.Storage.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate, cachedExistingObject)
+	return c.etcdAnsweredOK(c.cfg.Storage.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate, cachedExistingObject))
 }
 
 func (c *Cacher) suggestion(key string) runtime.Object {
@@ -258,6 +299,9 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	}
 	// Priority and fairness counts a watch as in flight until it is set up.
 	utilflowcontrol.WatchInitialized(ctx)
+	if testFault != nil {
+		wi = testFault(c, wi)
+	}
 	return wi, nil
 }
 

@@ -29,6 +29,10 @@ const (
 	// DefaultProgressRequestInterval is how often the cache asks etcd for
 	// progress when PeriodicProgressRequests is on.
 	DefaultProgressRequestInterval = 5 * time.Second
+	// DefaultConsistencyCheckInterval is how often the cache compares itself
+	// with etcd, as upstream's DetectCacheInconsistency: about the default
+	// compaction interval, far above list latencies.
+	DefaultConsistencyCheckInterval = 5 * time.Minute
 	// DefaultWatcherBuffer is each watcher's channel size. Small, because a
 	// full channel parks the watcher instead of losing events, and an idle
 	// watcher's cost is mostly this buffer. 10 is what upstream's
@@ -79,8 +83,18 @@ type Config struct {
 	// ProgressRequestInterval, so that idle resources' bookmarks carry fresh
 	// resourceVersions. Readers waiting for freshness ask regardless.
 	PeriodicProgressRequests bool
-	// ProgressRequestInterval is the period of PeriodicProgressRequests.
+	// ProgressRequestInterval is the period of PeriodicProgressRequests. It
+	// is also how the cache tells a silent etcd watch from an idle one: a
+	// watch with no event for an interval gets a progress request, and one
+	// still silent an interval later is re-opened, since a blackholed
+	// connection may never return an error.
 	ProgressRequestInterval time.Duration
+	// KeyReader reads etcd's keys and revisions for the consistency check;
+	// nil turns the check off. StorageDecorator sets one.
+	KeyReader KeyReader
+	// ConsistencyCheckInterval is how often the cache compares itself with
+	// etcd, each wait jittered up to 1.5×. Negative turns the check off.
+	ConsistencyCheckInterval time.Duration
 	// ConsistentReadFallback serves reads from etcd when the cache is not
 	// ready or too slow to catch up, instead of answering 429. Off by
 	// default: under load the fallback cascades into etcd (kubernetes#138494).
@@ -116,6 +130,7 @@ func (c *Config) complete() error {
 	setDefault(&c.FreshnessTimeout, DefaultFreshnessTimeout)
 	setDefault(&c.ProgressRequestInterval, DefaultProgressRequestInterval)
 	setDefault(&c.WatcherBuffer, DefaultWatcherBuffer)
+	setDefault(&c.ConsistencyCheckInterval, DefaultConsistencyCheckInterval)
 	if c.MaxHistorySize < c.MinHistorySize {
 		c.MaxHistorySize = c.MinHistorySize
 	}

@@ -116,8 +116,10 @@ type setupOptions struct {
 	config        func(*Config)
 	clusterScoped bool
 	indexes       bool
-	transformer   value.Transformer
-	codec         runtime.Codec
+	// keyReader gives the cache a KeyReader over the test etcd.
+	keyReader   bool
+	transformer value.Transformer
+	codec       runtime.Codec
 }
 
 type setupOption func(*setupOptions)
@@ -186,6 +188,9 @@ func newTestCacher(t testing.TB, opts ...setupOption) *testCacher {
 				return []string{obj.(*example.Pod).Namespace}, nil
 			},
 		}
+	}
+	if o.keyReader {
+		cfg.KeyReader = NewEtcdKeyReader(server.V3Client.Client, etcd3testing.PathPrefix(), "/pods/")
 	}
 	if o.config != nil {
 		o.config(&cfg)

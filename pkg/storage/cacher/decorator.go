@@ -1,6 +1,14 @@
 package cacher
 
 import (
+	"crypto/tls"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/logutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
@@ -11,7 +19,8 @@ import (
 
 // StorageDecorator returns a generic.StorageDecorator that wraps each
 // resource's etcd3 storage in a Cacher. base carries the tunables; the
-// resource-specific fields are filled from what the registry passes.
+// resource-specific fields are filled from what the registry passes, and a
+// KeyReader for the consistency check unless base turns the check off.
 //
 //	store.CompleteWithOptions(&generic.StoreOptions{
 //		RESTOptions: restOptionsWithDecorator(cacher.StorageDecorator(cacher.Config{})),
@@ -42,11 +51,56 @@ func StorageDecorator(base Config) generic.StorageDecorator {
 		cfg.GetAttrsFunc = getAttrsFunc
 		cfg.IndexerFuncs = triggerFuncs
 		cfg.Indexers = indexers
+		closeClient := func() {}
+		if cfg.KeyReader == nil && cfg.ConsistencyCheckInterval >= 0 {
+			client, err := newEtcdClient(config.Transport)
+			if err != nil {
+				destroyRaw()
+				return nil, nil, fmt.Errorf("etcd client for the consistency check of %s: %w", config.GroupResource, err)
+			}
+			closeClient = func() { _ = client.Close() }
+			cfg.KeyReader = NewEtcdKeyReader(client, config.Prefix, resourcePrefix)
+		}
 		c, err := New(cfg)
 		if err != nil {
+			closeClient()
 			destroyRaw()
 			return nil, nil, err
 		}
-		return c, func() { c.Stop(); destroyRaw() }, nil
+		return c, func() { c.Stop(); closeClient(); destroyRaw() }, nil
 	}
+}
+
+// Connection settings of the consistency check's etcd client, as the
+// generic storage factory's (k8s.io/apiserver/pkg/storage/storagebackend/factory).
+const (
+	etcdDialTimeout      = 20 * time.Second
+	etcdKeepaliveTime    = 30 * time.Second
+	etcdKeepaliveTimeout = 10 * time.Second
+)
+
+// newEtcdClient connects to etcd as the generic storage factory does, minus
+// its tracing and egress selection, which a few keys-only reads every few
+// minutes do not need.
+func newEtcdClient(t storagebackend.TransportConfig) (*clientv3.Client, error) {
+	var tlsConfig *tls.Config
+	tlsInfo := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile}
+	if t.CertFile != "" || t.KeyFile != "" || t.TrustedCAFile != "" {
+		var err error
+		if tlsConfig, err = tlsInfo.ClientConfig(); err != nil {
+			return nil, err
+		}
+	}
+	logger, err := logutil.CreateDefaultZapLogger(zap.ErrorLevel)
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints:            t.ServerList,
+		TLS:                  tlsConfig,
+		DialTimeout:          etcdDialTimeout,
+		DialKeepAliveTime:    etcdKeepaliveTime,
+		DialKeepAliveTimeout: etcdKeepaliveTimeout,
+		Logger:               logger,
+	})
 }

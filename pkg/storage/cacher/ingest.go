@@ -18,35 +18,40 @@ import (
 // upstream's reflector pages its initial list.
 const listPageSize = 10000
 
-// Retry delays after a failed list or watch.
+// Retry delays after a failed list.
 const (
 	minRetryDelay = 100 * time.Millisecond
 	maxRetryDelay = 5 * time.Second
 )
 
-// run lists, then watches, the underlying store until ctx ends, and lists
-// again whenever the watch fails.
+// run lists, then follows the underlying store until ctx ends. It lists
+// again only when following cannot go on without losing events: see follow.
 func (c *Cacher) run(ctx context.Context) {
 	defer close(c.done)
 	delay := minRetryDelay
 	for ctx.Err() == nil {
 		start := c.cfg.Clock.Now()
 		rv, err := c.list(ctx)
+		var end watchEnd
 		if err != nil {
 			c.metrics.initErrors.Inc()
+			end = watchEnd{reason: endUnavailable, relist: true, err: err}
 		} else {
 			c.metrics.initializations.Inc()
 			c.metrics.initDuration.Observe(c.cfg.Clock.Since(start).Seconds())
 			c.ready.set(ready)
 			delay = minRetryDelay
-			err = c.watch(ctx, rv)
+			end = c.follow(ctx, rv)
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		c.ready.set(pending)
-		c.d.endAll(fmt.Sprintf("the watch cache for %s lost its etcd watch: %v", c.cfg.GroupResource, err))
-		klog.InfoS("Watch cache is re-listing", "resource", c.cfg.GroupResource, "err", err)
+		if err == nil {
+			c.metrics.relist(end.reason)
+			c.d.endAll(fmt.Sprintf("the watch cache for %s must list again (%v)", c.cfg.GroupResource, end))
+			klog.InfoS("Watch cache is re-listing", "resource", c.cfg.GroupResource, "reason", end.reason, "err", end.err)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -59,6 +64,11 @@ func (c *Cacher) run(ctx context.Context) {
 // list reads every object with a consistent read and installs them. Every
 // open watcher ends: events between its position and the list are unknown.
 func (c *Cacher) list(ctx context.Context) (uint64, error) {
+	// This list answers any re-list the consistency check asked for.
+	select {
+	case <-c.relistRequests:
+	default:
+	}
 	var objs []*object
 	var rv uint64
 	continueToken := ""
@@ -97,46 +107,6 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	}
 	c.d.reset(objs, rv)
 	return rv, nil
-}
-
-// watch follows the underlying store from rv until the watch ends.
-func (c *Cacher) watch(ctx context.Context, rv uint64) error {
-	w, err := c.cfg.Storage.Watch(ctx, c.cfg.ResourcePrefix, storage.ListOptions{
-		ResourceVersion: fmt.Sprint(rv),
-		Recursive:       true,
-		ProgressNotify:  true,
-		Predicate: storage.SelectionPredicate{
-			Label: labels.Everything(), Field: fields.Everything(), AllowWatchBookmarks: true,
-		},
-	})
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	for ev := range w.ResultChan() {
-		switch ev.Type {
-		case watch.Bookmark:
-			rv, err := c.cfg.Versioner.ObjectResourceVersion(ev.Object)
-			if err != nil {
-				return err
-			}
-			c.d.progress(rv)
-		case watch.Added, watch.Modified, watch.Deleted:
-			if err := c.ingest(ev); err != nil {
-				return err
-			}
-		case watch.Error:
-			return fmt.Errorf("watch error: %v", storageError(ev.Object))
-		}
-	}
-	return fmt.Errorf("watch of %s closed", c.cfg.GroupResource)
-}
-
-func storageError(obj runtime.Object) string {
-	if s, ok := obj.(interface{ Error() string }); ok {
-		return s.Error()
-	}
-	return fmt.Sprintf("%v", obj)
 }
 
 // ingest turns one etcd event into a cached event.

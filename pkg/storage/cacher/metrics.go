@@ -42,6 +42,26 @@ var (
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
 
+	etcdWatchRestarts = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "etcd_watch_restarts_total",
+		Help: "Times the cache re-opened its etcd watch from its head without re-listing, by why the watch ended: " +
+			"closed, silent, no_leader, etcd_unavailable. Watchers stay open through these.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource", "reason"})
+	relistsCounter = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "relists_total",
+		Help: "Times the cache listed etcd again and ended its watchers with 410, by why: compacted, unreadable, " +
+			"inconsistent, etcd_unavailable.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource", "reason"})
+	etcdWatchGap = compbasemetrics.NewHistogramVec(&compbasemetrics.HistogramOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "etcd_watch_gap_seconds",
+		Help: "Time without a working etcd watch: from the watch failing until a new one delivered an event or " +
+			"a progress notification. The sum is the total time events could not flow.",
+		Buckets:        compbasemetrics.ExponentialBuckets(0.05, 2, 14),
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+
 	registerOnce sync.Once
 )
 
@@ -50,7 +70,8 @@ func registerMetrics() {
 		// Upstream's names are registered by the generic server; registering
 		// here too makes them work for a cache used without one, as in tests.
 		upstream.Register()
-		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge)
+		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
+			etcdWatchRestarts, relistsCounter, etcdWatchGap)
 	})
 }
 
@@ -71,6 +92,7 @@ type cacheMetrics struct {
 	snapshots        compbasemetrics.GaugeMetric
 	history          compbasemetrics.GaugeMetric
 	capacity         compbasemetrics.GaugeMetric
+	watchGap         compbasemetrics.ObserverMetric
 }
 
 func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
@@ -93,7 +115,20 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 		snapshots:        snapshotsGauge.WithLabelValues(g, r),
 		history:          historyEventsGauge.WithLabelValues(g, r),
 		capacity:         upstream.WatchCacheCapacity.WithLabelValues(g, r),
+		watchGap:         etcdWatchGap.WithLabelValues(g, r),
 	}
+}
+
+func (m *cacheMetrics) restart(reason string) {
+	etcdWatchRestarts.WithLabelValues(m.gr.Group, m.gr.Resource, reason).Inc()
+}
+
+func (m *cacheMetrics) relist(reason string) {
+	relistsCounter.WithLabelValues(m.gr.Group, m.gr.Resource, reason).Inc()
+}
+
+func (m *cacheMetrics) consistencyCheck(status string) {
+	upstream.StorageConsistencyCheckTotal.WithLabelValues(m.gr.Group, m.gr.Resource, status).Inc()
 }
 
 func (m *cacheMetrics) consistentRead(success, fallback bool) {

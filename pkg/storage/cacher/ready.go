@@ -8,14 +8,17 @@ import (
 
 // readyState is the cache's life cycle:
 //
-//	          list done                 watch failed
+//	          list done              must re-list
 //	Pending ────────────▶ Ready ─────────────────────▶ Pending (relisting)
-//	   │                   │  ▲                           │
-//	   │                   │  └───────── list done ───────┘
-//	   └───────────────────┴──── Stop ────▶ Stopped
+//	   │                 │ ▲ ▲                            │
+//	   │                 │ │ └──────── list done ─────────┘
+//	   │                 │ └── etcd watch lost: re-watch from the head, stay Ready
+//	   └─────────────────┴──── Stop ────▶ Stopped
 //
-// Reads and watches are served only while Ready. Until then they get 429
-// with Retry-After, unless Config.ConsistentReadFallback sends them to etcd.
+// The cache must re-list only when etcd compacted its head, an event is
+// unreadable, or the consistency check failed; see etcd_watch.go. Reads and
+// watches are served only while Ready. Until then they get 429 with
+// Retry-After, unless Config.ConsistentReadFallback sends them to etcd.
 type readyState uint8
 
 const (

@@ -1,0 +1,262 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
+	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
+	"k8s.io/apiserver/pkg/storage"
+	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
+	etcd3testing "k8s.io/apiserver/pkg/storage/etcd3/testing"
+	compbasemetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+func metricsConsistencyChecks(status string) compbasemetrics.CounterMetric {
+	return upstream.StorageConsistencyCheckTotal.WithLabelValues("", "pods", status)
+}
+
+// withKeyReader gives the cache a KeyReader over the test etcd, with the
+// periodic check every interval of clk.
+func withKeyReader(clk *testingclock.FakeClock, interval time.Duration) setupOption {
+	return func(o *setupOptions) {
+		o.config = func(cfg *Config) {
+			cfg.Clock = clk
+			cfg.ConsistencyCheckInterval = interval
+		}
+		o.keyReader = true
+	}
+}
+
+// dropFromStateForTest removes key from the cache's current state behind
+// the dispatcher's back, as a lost event would: the cache then differs from
+// etcd and only the consistency check can tell.
+func (c *Cacher) dropFromStateForTest(t *testing.T, key string) {
+	c.d.mu.Lock()
+	defer c.d.mu.Unlock()
+	s := c.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.tree.Delete(&object{key: key})
+	if !ok {
+		t.Fatalf("the cache does not hold %s", key)
+	}
+	s.indexLocked(o, false)
+	s.snapshots[len(s.snapshots)-1].tree = s.tree.Clone()
+}
+
+// putInStateForTest puts obj into the cache's current state under key,
+// behind the dispatcher's back, as a phantom or stale event would.
+func (c *Cacher) putInStateForTest(t *testing.T, key string, rv uint64) {
+	c.d.mu.Lock()
+	defer c.d.mu.Unlock()
+	s := c.store
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: key[strings.LastIndex(key, "/")+1:], Namespace: "ns", ResourceVersion: fmt.Sprint(rv)}}
+	s.tree.ReplaceOrInsert(&object{key: key, obj: pod, co: newCachingObject(pod), rv: rv})
+	s.snapshots[len(s.snapshots)-1].tree = s.tree.Clone()
+}
+
+// TestConsistencyCheck corrupts the cache and checks that the periodic
+// check notices, counts a failure, and repairs the cache by re-listing,
+// ending watchers with 410, after which the check passes again.
+func TestConsistencyCheck(t *testing.T) {
+	ctx := context.Background()
+	clk := testingclock.NewFakeClock(time.Now())
+	const interval = time.Minute
+	c := newTestCacher(t, withKeyReader(clk, interval))
+	waitReady(t, c.Cacher)
+	metric := func(status string) float64 {
+		v, _ := testutil.GetCounterMetricValue(metricsConsistencyChecks(status))
+		return v
+	}
+	successes, failures := metric(checkSuccess), metric(checkFailure)
+
+	var last *example.Pod
+	for _, name := range []string{"a", "b", "c"} {
+		last = createPod(t, c, name)
+	}
+	rv, _ := c.cfg.Versioner.ParseResourceVersion(last.ResourceVersion)
+	if err := c.d.waitFor(ctx, rv, wait.ForeverTestTimeout, c.requestProgress); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.checkConsistency(ctx); r.status != checkSuccess {
+		t.Fatalf("check of an intact cache: %s, %s, %v", r.status, r.diff, r.err)
+	}
+	if got := metric(checkSuccess); got != successes+1 {
+		t.Errorf("checks{status=success} = %v, want %v", got, successes+1)
+	}
+
+	w, err := c.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: last.ResourceVersion, Recursive: true, Predicate: storage.Everything})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	c.dropFromStateForTest(t, "/pods/ns/b")
+
+	// The periodic check runs after 1 to 1.5 intervals.
+	stepUntil(t, clk, func() bool { return metric(checkFailure) > failures })
+	ev := next(t, w)
+	if ev.Type != watch.Error || ev.Object.(*metav1.Status).Code != 410 {
+		t.Fatalf("watcher after the repair: got %v, want 410", ev)
+	}
+	stepUntil(t, clk, func() bool { return c.ReadinessCheck() == nil })
+	got := &example.Pod{}
+	if err := c.Get(ctx, "/pods/ns/b", storage.GetOptions{ResourceVersion: "0"}, got); err != nil {
+		t.Fatalf("the repaired cache lacks the dropped pod: %v", err)
+	}
+	if r := c.checkConsistency(ctx); r.status != checkSuccess {
+		t.Fatalf("check after the repair: %s, %s, %v", r.status, r.diff, r.err)
+	}
+}
+
+// TestCompareWithEtcd checks that each kind of difference is found and
+// named by its first key.
+func TestCompareWithEtcd(t *testing.T) {
+	tests := []struct {
+		name    string
+		corrupt func(t *testing.T, c *testCacher)
+		diff    string
+	}{{
+		name:    "missing from the cache",
+		corrupt: func(t *testing.T, c *testCacher) { c.dropFromStateForTest(t, "/pods/ns/b") },
+		diff:    "etcd holds /pods/ns/b",
+	}, {
+		name:    "last key missing from the cache",
+		corrupt: func(t *testing.T, c *testCacher) { c.dropFromStateForTest(t, "/pods/ns/c") },
+		diff:    "etcd holds /pods/ns/c",
+	}, {
+		name:    "missing from etcd",
+		corrupt: func(t *testing.T, c *testCacher) { c.putInStateForTest(t, "/pods/ns/bb", 2) },
+		diff:    "the cache holds /pods/ns/bb at resourceVersion 2; etcd does not hold it",
+	}, {
+		name:    "missing from etcd, after the last key",
+		corrupt: func(t *testing.T, c *testCacher) { c.putInStateForTest(t, "/pods/ns/z", 2) },
+		diff:    "the cache holds /pods/ns/z at resourceVersion 2; etcd does not hold it",
+	}, {
+		name:    "stale in the cache",
+		corrupt: func(t *testing.T, c *testCacher) { c.putInStateForTest(t, "/pods/ns/a", 1) },
+		diff:    "the cache holds /pods/ns/a at resourceVersion 1; etcd at",
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			// A long interval: only this test's calls check.
+			c := newTestCacher(t, withKeyReader(testingclock.NewFakeClock(time.Now()), time.Hour))
+			waitReady(t, c.Cacher)
+			for _, name := range []string{"a", "b", "c"} {
+				createPod(t, c, name)
+			}
+			rev, err := c.GetCurrentResourceVersion(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.d.waitFor(ctx, rev, wait.ForeverTestTimeout, c.requestProgress); err != nil {
+				t.Fatal(err)
+			}
+			tc.corrupt(t, c)
+			// Compare at the cache's revision, before it sees any write to etcd.
+			r := c.compareWithEtcd(ctx)
+			if r.status != checkFailure || !strings.Contains(r.diff, tc.diff) {
+				t.Errorf("got %s %q (%v), want failure naming %q", r.status, r.diff, r.err, tc.diff)
+			}
+		})
+	}
+}
+
+// TestConsistencyCheckReadsKeysOnly compares what etcd sends for one check
+// with what it sends for a full list, at 1,000 objects of 1 KiB; the
+// benchmark below reports 10,000. The check must cost etcd at least 10×
+// less.
+func TestConsistencyCheckReadsKeysOnly(t *testing.T) {
+	c := newTestCacher(t, withKeyReader(testingclock.NewFakeClock(time.Now()), time.Hour))
+	waitReady(t, c.Cacher)
+	check, list := checkAndListBytes(t, c, 1000)
+	t.Logf("1,000 objects of 1 KiB: check %d bytes, full list %d bytes (%.1fx)", check, list, float64(list)/float64(check))
+	if check*10 > list {
+		t.Errorf("a check reads %d bytes from etcd, more than a tenth of a list's %d", check, list)
+	}
+}
+
+// BenchmarkConsistencyCheck reports the bytes etcd sends for one check and
+// for one full list at 10,000 objects of 1 KiB.
+func BenchmarkConsistencyCheck(b *testing.B) {
+	c := newTestCacher(b, withKeyReader(testingclock.NewFakeClock(time.Now()), time.Hour))
+	waitReady(b, c.Cacher)
+	check, list := checkAndListBytes(b, c, 10000)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if r := c.checkConsistency(context.Background()); r.status != checkSuccess {
+			b.Fatal(r.status, r.diff, r.err)
+		}
+	}
+	b.ReportMetric(float64(check), "check-bytes")
+	b.ReportMetric(float64(list), "list-bytes")
+	b.ReportMetric(float64(list)/float64(check), "list/check")
+}
+
+// checkAndListBytes writes n pods with a 1 KiB annotation straight to etcd,
+// waits for the cache to hold them, runs a check and reads a full list the
+// way the etcd3 store pages one.
+func checkAndListBytes(tb testing.TB, c *testCacher, n int) (check, list int64) {
+	tb.Helper()
+	ctx := context.Background()
+	payload := strings.Repeat("x", 1024)
+	// One write per revision, as the API server makes them; a few at a time.
+	var g errgroup.Group
+	g.SetLimit(8)
+	for i := 0; i < n; i++ {
+		g.Go(func() error {
+			pod := &examplev1.Pod{
+				TypeMeta:   metav1.TypeMeta{APIVersion: "example.apiserver.k8s.io/v1", Kind: "Pod"},
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%05d", i), Namespace: "ns", Annotations: map[string]string{"payload": payload}},
+			}
+			data, err := runtime.Encode(examplev1Blob, pod)
+			if err != nil {
+				return err
+			}
+			_, err = c.client.Put(ctx, fmt.Sprintf("%s/pods/ns/%s", etcd3testing.PathPrefix(), pod.Name), string(data))
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		tb.Fatal(err)
+	}
+	rev, err := c.GetCurrentResourceVersion(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := c.d.waitFor(ctx, rev, wait.ForeverTestTimeout, c.requestProgress); err != nil {
+		tb.Fatal(err)
+	}
+	r := c.checkConsistency(ctx)
+	if r.status != checkSuccess {
+		tb.Fatalf("check: %s %s %v", r.status, r.diff, r.err)
+	}
+	prefix := etcd3testing.PathPrefix() + "/pods/"
+	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	for {
+		resp, err := c.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithRev(int64(r.rv)), clientv3.WithLimit(listPageSize))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		list += int64(responseSize(resp))
+		if !resp.More {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	return r.bytes, list
+}

@@ -1,0 +1,398 @@
+package cacher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/component-base/metrics/testutil"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// faultyStore wraps the real etcd3 store so that a test can break the
+// cache's etcd watch the ways etcd does: end it with an error, close it, or
+// make it go silent like a blackholed connection. Everything else is etcd's.
+type faultyStore struct {
+	storage.Interface
+	// currentRevErr, when set, fails GetCurrentResourceVersion.
+	currentRevErr atomic.Pointer[error]
+
+	// mu guards watches.
+	mu      sync.Mutex
+	watches []*faultyWatch
+}
+
+func (s *faultyStore) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	inner, err := s.Interface.Watch(ctx, key, opts)
+	if err != nil {
+		return nil, err
+	}
+	w := &faultyWatch{inner: inner, ch: make(chan watch.Event), fail: make(chan *watch.Event, 1), done: make(chan struct{})}
+	go w.forward()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watches = append(s.watches, w)
+	return w, nil
+}
+
+func (s *faultyStore) GetCurrentResourceVersion(ctx context.Context) (uint64, error) {
+	if err := s.currentRevErr.Load(); err != nil {
+		return 0, *err
+	}
+	return s.Interface.GetCurrentResourceVersion(ctx)
+}
+
+// count returns how many watches the cache opened.
+func (s *faultyStore) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.watches)
+}
+
+// last returns the watch the cache opened last.
+func (s *faultyStore) last() *faultyWatch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watches[len(s.watches)-1]
+}
+
+// faultyWatch forwards the real watch until told to fail.
+type faultyWatch struct {
+	inner watch.Interface
+	ch    chan watch.Event
+	// fail ends the watch after sending the event, if any.
+	fail     chan *watch.Event
+	silent   atomic.Bool
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+func (w *faultyWatch) ResultChan() <-chan watch.Event { return w.ch }
+
+func (w *faultyWatch) Stop() {
+	w.stopOnce.Do(func() { close(w.done) })
+	w.inner.Stop()
+}
+
+func (w *faultyWatch) forward() {
+	defer close(w.ch)
+	for {
+		select {
+		case <-w.done:
+			return
+		case ev := <-w.fail:
+			if ev != nil {
+				select {
+				case w.ch <- *ev:
+				case <-w.done:
+				}
+			}
+			return
+		case ev, ok := <-w.inner.ResultChan():
+			if !ok {
+				return
+			}
+			if w.silent.Load() {
+				// A blackhole: nothing arrives. etcd still has it all.
+				continue
+			}
+			select {
+			case w.ch <- ev:
+			case <-w.done:
+				return
+			}
+		}
+	}
+}
+
+func errorEvent(err error) *watch.Event {
+	status := err.(apierrors.APIStatus).Status()
+	return &watch.Event{Type: watch.Error, Object: &status}
+}
+
+// TestEtcdWatchFailures checks what the cache does when its etcd watch
+// ends. Every failure that loses no history must cost watchers nothing:
+// the cache re-watches from its head and they get every event, in order,
+// once. Only compaction of the head makes it re-list and end them with 410.
+func TestEtcdWatchFailures(t *testing.T) {
+	tests := []struct {
+		name string
+		// breakWatch breaks the cache's current etcd watch.
+		breakWatch func(w *faultyWatch)
+		reason     string
+		relist     bool
+	}{{
+		name:       "no leader",
+		breakWatch: func(w *faultyWatch) { w.fail <- errorEvent(apierrors.NewInternalError(rpctypes.ErrNoLeader)) },
+		reason:     endNoLeader,
+	}, {
+		name: "etcd unavailable",
+		breakWatch: func(w *faultyWatch) {
+			w.fail <- errorEvent(apierrors.NewInternalError(errors.New("rpc error: code = Unavailable desc = connection reset")))
+		},
+		reason: endUnavailable,
+	}, {
+		name:       "closed without an error",
+		breakWatch: func(w *faultyWatch) { w.fail <- nil },
+		reason:     endClosed,
+	}, {
+		name:       "silent",
+		breakWatch: func(w *faultyWatch) { w.silent.Store(true) },
+		reason:     endSilent,
+	}, {
+		name: "compacted",
+		breakWatch: func(w *faultyWatch) {
+			w.fail <- errorEvent(apierrors.NewResourceExpired("The resourceVersion for the provided watch is too old."))
+		},
+		reason: endCompacted,
+		relist: true,
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			clk := testingclock.NewFakeClock(time.Now())
+			store := &faultyStore{}
+			c := newTestCacher(t, func(o *setupOptions) {
+				o.wrap = func(s storage.Interface) storage.Interface { store.Interface = s; return store }
+				o.config = func(cfg *Config) { cfg.Clock = clk }
+			})
+			waitReady(t, c.Cacher)
+			restarts := etcdWatchRestarts.WithLabelValues("", "pods", tc.reason)
+			relists := relistsCounter.WithLabelValues("", "pods", tc.reason)
+			gaps := etcdWatchGap.WithLabelValues("", "pods")
+			gapsBefore, _ := testutil.GetHistogramMetricCount(gaps)
+			restartsBefore, _ := testutil.GetCounterMetricValue(restarts)
+			relistsBefore, _ := testutil.GetCounterMetricValue(relists)
+
+			first := createPod(t, c, "a")
+			w, err := c.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: first.ResourceVersion, Recursive: true, Predicate: storage.Everything})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			createPod(t, c, "b")
+			expectNames(t, w, "b")
+
+			tc.breakWatch(store.last())
+			// Writes go on while the cache's watch is down.
+			createPod(t, c, "c")
+			createPod(t, c, "d")
+			stepUntil(t, clk, func() bool { return store.count() > 1 })
+
+			if tc.relist {
+				ev := next(t, w)
+				if ev.Type != watch.Error || ev.Object.(*metav1.Status).Code != 410 {
+					t.Fatalf("after compaction of the head: got %v, want a 410 ERROR", ev)
+				}
+				if relisted, _ := testutil.GetCounterMetricValue(relists); relisted != relistsBefore+1 {
+					t.Errorf("relists_total{reason=%s} = %v, want %v", tc.reason, relisted, relistsBefore+1)
+				}
+				return
+			}
+			// The same watcher gets every event after the fault, in order, once.
+			expectNames(t, w, "c", "d")
+			if err := c.ReadinessCheck(); err != nil {
+				t.Errorf("cache not ready after re-watching: %v", err)
+			}
+			if restarted, _ := testutil.GetCounterMetricValue(restarts); restarted != restartsBefore+1 {
+				t.Errorf("etcd_watch_restarts_total{reason=%s} = %v, want %v", tc.reason, restarted, restartsBefore+1)
+			}
+			if relisted, _ := testutil.GetCounterMetricValue(relists); relisted != relistsBefore {
+				t.Errorf("the cache re-listed after %s", tc.name)
+			}
+			if gapCount, _ := testutil.GetHistogramMetricCount(gaps); gapCount != gapsBefore+1 {
+				t.Errorf("etcd_watch_gap_seconds has %v observations, want %v", gapCount, gapsBefore+1)
+			}
+			createPod(t, c, "e")
+			expectNames(t, w, "e")
+		})
+	}
+}
+
+// TestWaitToRewatch checks that while the cache waits to re-open its etcd
+// watch, a request through it that etcd answered, proof that etcd has a
+// leader again, makes it try after the minimum delay instead of its backoff,
+// and that an answer from before the wait does not.
+func TestWaitToRewatch(t *testing.T) {
+	tests := []struct {
+		name string
+		// before and during signal an answer before and during the wait.
+		before, during bool
+		wantEarly      bool
+	}{
+		{name: "no answer waits out the delay"},
+		{name: "an answer during the wait cuts it short", during: true, wantEarly: true},
+		{name: "an answer from before the wait proves nothing", before: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := testingclock.NewFakeClock(time.Now())
+			c := &Cacher{cfg: Config{Clock: clk}, etcdAnswered: make(chan struct{}, 1)}
+			if tc.before {
+				_ = c.etcdAnsweredOK(nil)
+			}
+			done := make(chan error, 1)
+			go func() { done <- c.waitToRewatch(context.Background(), time.Hour) }()
+			if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
+				func(context.Context) (bool, error) { return clk.HasWaiters(), nil }); err != nil {
+				t.Fatal(err)
+			}
+			if tc.during {
+				_ = c.etcdAnsweredOK(nil)
+				_ = c.etcdAnsweredOK(errors.New("failed requests prove nothing"))
+			}
+			// Step until the minimum delay has passed, and a little more.
+			deadline := time.After(wait.ForeverTestTimeout)
+			early := false
+			for stepped := time.Duration(0); stepped < 2*minRewatchDelay; stepped += time.Millisecond {
+				clk.Step(time.Millisecond)
+				select {
+				case <-done:
+					early = true
+				case <-time.After(time.Millisecond):
+				case <-deadline:
+					t.Fatal("timed out")
+				}
+				if early {
+					break
+				}
+			}
+			if early != tc.wantEarly {
+				t.Fatalf("returned within %v: %v, want %v", 2*minRewatchDelay, early, tc.wantEarly)
+			}
+		})
+	}
+}
+
+// TestConsistentReadWithoutCurrentRevision checks that a consistent read
+// fails with 503 and Retry-After while etcd cannot give its revision, as
+// while its member has no leader, and that reads allowing staleness and
+// watches are still served.
+func TestConsistentReadWithoutCurrentRevision(t *testing.T) {
+	ctx := context.Background()
+	store := &faultyStore{}
+	c := newTestCacher(t, func(o *setupOptions) {
+		o.wrap = func(s storage.Interface) storage.Interface { store.Interface = s; return store }
+	})
+	waitReady(t, c.Cacher)
+	first := createPod(t, c, "a")
+	rv, _ := c.cfg.Versioner.ParseResourceVersion(first.ResourceVersion)
+	if err := c.d.waitFor(ctx, rv, wait.ForeverTestTimeout, c.requestProgress); err != nil {
+		t.Fatal(err)
+	}
+	noLeader := error(rpctypes.ErrNoLeader)
+	store.currentRevErr.Store(&noLeader)
+
+	err := c.GetList(ctx, "/pods/", storage.ListOptions{Recursive: true, Predicate: storage.Everything}, &example.PodList{})
+	if !apierrors.IsServiceUnavailable(err) {
+		t.Fatalf("consistent list without etcd's revision: got %v, want 503", err)
+	}
+	if seconds, ok := apierrors.SuggestsClientDelay(err); !ok || seconds < 1 {
+		t.Errorf("503 without Retry-After: %v", err)
+	}
+	stale := &example.PodList{}
+	if err := c.GetList(ctx, "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything}, stale); err != nil || len(stale.Items) != 1 {
+		t.Errorf("list at resourceVersion 0: %d items, %v; want the cached pod", len(stale.Items), err)
+	}
+	opts := storage.ListOptions{ResourceVersion: first.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+		Recursive: true, Predicate: storage.Everything}
+	if err := c.GetList(ctx, "/pods/", opts, &example.PodList{}); err != nil {
+		t.Errorf("list not older than a resourceVersion the cache holds: %v", err)
+	}
+	w, err := c.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: first.ResourceVersion, Recursive: true, Predicate: storage.Everything})
+	if err != nil {
+		t.Fatalf("watch from a cached resourceVersion: %v", err)
+	}
+	w.Stop()
+}
+
+func TestClassifyWatchError(t *testing.T) {
+	tests := []struct {
+		name   string
+		err    error
+		reason string
+		relist bool
+	}{
+		{"no leader", apierrors.NewInternalError(rpctypes.ErrNoLeader), endNoLeader, false},
+		{"leader changed", apierrors.NewInternalError(rpctypes.ErrLeaderChanged), endUnavailable, false},
+		{"grpc unavailable", apierrors.NewInternalError(errors.New("rpc error: code = Unavailable desc = transport is closing")), endUnavailable, false},
+		{"timeout", apierrors.NewInternalError(context.DeadlineExceeded), endUnavailable, false},
+		{"plain etcd error", rpctypes.ErrNoLeader, endNoLeader, false},
+		{"compacted", apierrors.NewResourceExpired("The resourceVersion for the provided watch is too old."), endCompacted, true},
+		{"gone", apierrors.NewGone("gone"), endCompacted, true},
+		{"corrupt object deleted", &apierrors.StatusError{ErrStatus: metav1.Status{Code: 500, Reason: metav1.StatusReasonStoreReadError}}, endUnreadable, true},
+		{"undecodable", apierrors.NewInternalError(errors.New("couldn't get version/kind; json parse error")), endUnreadable, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := classifyWatchError(tc.err)
+			if got.reason != tc.reason || got.relist != tc.relist {
+				t.Errorf("classifyWatchError(%v) = %s relist=%v, want %s relist=%v", tc.err, got.reason, got.relist, tc.reason, tc.relist)
+			}
+		})
+	}
+}
+
+func createPod(t *testing.T, c *testCacher, name string) *example.Pod {
+	t.Helper()
+	out := &example.Pod{}
+	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}
+	if err := c.Create(context.Background(), "/pods/ns/"+name, pod, out, 0); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func next(t *testing.T, w watch.Interface) watch.Event {
+	t.Helper()
+	select {
+	case ev, ok := <-w.ResultChan():
+		if !ok {
+			t.Fatal("watch ended")
+		}
+		return ev
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("no event")
+	}
+	return watch.Event{}
+}
+
+// expectNames reads one ADDED event per name, in order.
+func expectNames(t *testing.T, w watch.Interface, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		ev := next(t, w)
+		pod, ok := ev.Object.(*cachingObject)
+		if ev.Type != watch.Added || !ok || pod.GetName() != name {
+			t.Fatalf("got %s %v, want ADDED %s", ev.Type, ev.Object, name)
+		}
+	}
+}
+
+// stepUntil moves the fake clock forward until cond holds; the cache's
+// timers fire as it passes them.
+func stepUntil(t *testing.T, clk *testingclock.FakeClock, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, wait.ForeverTestTimeout, true,
+		func(context.Context) (bool, error) {
+			if cond() {
+				return true, nil
+			}
+			clk.Step(100 * time.Millisecond)
+			return false, nil
+		})
+	if err != nil {
+		t.Fatal(fmt.Errorf("condition never held: %w", err))
+	}
+}

@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build run kubectl test test-unit test-race test-integration generate verify bench bench-store bench-http clean
+.PHONY: all build run kubectl test test-unit test-race test-integration test-faults chaos generate verify bench bench-store bench-http clean
 
 all: build
 
@@ -20,17 +20,31 @@ run: build
 kubectl:
 	hack/build-kubectl.sh
 
-## test: every unit and integration test, with -race on the watch cache.
-test: test-unit test-race test-integration
+## test: every unit and integration test, with -race on the watch cache, and
+## the short fault suite: leader loss against our server and the upstream-wired
+## one, a 15 s blackhole against ours, and one injected cache bug the harness
+## must catch (about 2 minutes).
+test: test-unit test-race test-integration test-faults
 
 test-unit:
-	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/integration -e /pkg/storage/cacher)
+	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/integration -e /test/faults -e /pkg/storage/cacher)
 
 test-race:
 	$(GO) test $(TEST_FLAGS) -race ./pkg/storage/cacher/...
 
 test-integration:
 	$(GO) test $(TEST_FLAGS) ./test/integration/...
+
+test-faults:
+	$(GO) test $(TEST_FLAGS) ./test/faults/...
+
+## chaos: every fault scenario against our server and the upstream-wired one,
+## and every injected cache bug (about 15 minutes); the table goes to
+## bin/chaos.md and into docs/reliability.md by hand.
+chaos:
+	mkdir -p $(BIN)
+	rm -f $(BIN)/chaos.md
+	$(GO) test -count=1 -timeout 60m -v ./test/faults/ -args -chaos -report $(CURDIR)/$(BIN)/chaos.md
 
 ## bench: the short comparison with upstream's Cacher and raw etcd3 (about a minute): prints
 ## the table (median and range of BENCH_COUNT repeats, ratio to upstream), keeps the raw output
@@ -64,6 +78,7 @@ verify:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/generated/')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags faultinject ./pkg/storage/cacher/
 	hack/verify-codegen.sh
 
 clean:

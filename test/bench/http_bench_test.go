@@ -45,7 +45,7 @@ func build(b *testing.B) string {
 			return
 		}
 		for name, pkg := range map[string]string{
-			"etcd": "./test/bench/cmd/etcd", "ours": "./cmd/cached-apiserver", "upstream": "./test/bench/cmd/server-upstream",
+			"etcd": "./test/cmd/etcd", "ours": "./cmd/cached-apiserver", "upstream": "./test/bench/cmd/server-upstream",
 		} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, name), pkg)
 			cmd.Dir = "../.."
@@ -150,11 +150,13 @@ func BenchmarkHTTPWatch(b *testing.B) {
 func runHTTP(b *testing.B, impl string, sc scenario) {
 	bins := build(b)
 	dir := b.TempDir()
-	etcdPort := freePort(b)
-	start(b, filepath.Join(bins, "etcd"), "-data-dir", filepath.Join(dir, "etcd"),
-		"-client-port", strconv.Itoa(etcdPort))
+	members, err := loopbacketcd.NewMembers(filepath.Join(dir, "etcd"), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start(b, filepath.Join(bins, "etcd"), loopbacketcd.Args(members[0], members)...)
 	server := start(b, filepath.Join(bins, impl), "--data-dir", filepath.Join(dir, "server"),
-		"--secure-port", strconv.Itoa(freePort(b)), "--etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", etcdPort),
+		"--secure-port", strconv.Itoa(freePort(b)), "--etcd-servers", members[0].ClientURL(),
 		"--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0")
 	kubeconfig := filepath.Join(dir, "server", "kubeconfig")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,153 @@
+package faults
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientfeatures "k8s.io/client-go/features"
+	clientfeaturestesting "k8s.io/client-go/features/testing"
+)
+
+var (
+	chaos      = flag.Bool("chaos", false, "run every scenario against both servers, and every injected fault (make chaos)")
+	reportPath = flag.String("report", "", "append the results as a Markdown table to this file")
+)
+
+// shortScenarios run in make test: the fault this project was worse than
+// upstream at, against both servers, and the silent watch only our cache
+// has to detect.
+var shortScenarios = map[string][]string{
+	"leader loss":   {ours, upstream},
+	"blackhole 15s": {ours},
+}
+
+var (
+	resultsMu sync.Mutex
+	results   []*result
+)
+
+func record(r *result) {
+	resultsMu.Lock()
+	defer resultsMu.Unlock()
+	results = append(results, r)
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "cached-apiserver-faults")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	if len(results) > 0 {
+		var b strings.Builder
+		writeTable(&b, results)
+		os.Stdout.WriteString("\n" + b.String())
+		if *reportPath != "" {
+			f, err := os.OpenFile(*reportPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+			if err == nil {
+				_, _ = f.WriteString(b.String())
+				f.Close()
+			}
+		}
+	}
+	os.Exit(code)
+}
+
+// TestFaults runs each scenario against our server and the upstream-wired
+// one. Against ours it asserts the targets: every invariant holds,
+// no stream ends and no client re-lists (except when our own server
+// restarts), and a write after the heal reaches every open stream. Against
+// upstream it only reports, for the comparison table: its behaviour is
+// not ours to assert.
+func TestFaults(t *testing.T) {
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, true)
+	for _, sc := range scenarios {
+		impls := []string{ours, upstream}
+		if !*chaos {
+			if impls = shortScenarios[sc.name]; impls == nil {
+				continue
+			}
+		}
+		for _, impl := range impls {
+			t.Run(sc.name+"/"+impl, func(t *testing.T) {
+				r := run(t, sc, impl, "")
+				record(r)
+				if impl == ours {
+					assertOurs(t, sc, r)
+				}
+			})
+		}
+	}
+}
+
+func assertOurs(t *testing.T, sc scenario, r *result) {
+	t.Helper()
+	if n := r.total(); n > 0 {
+		t.Errorf("%d invariant violations", n)
+	}
+	if r.undelivered > 0 {
+		t.Errorf("%d sentinels written after the heal never reached their streams", r.undelivered)
+	}
+	if r.checksFailed > 0 {
+		t.Errorf("the cache's consistency check failed %d times", r.checksFailed)
+	}
+	if sc.clientsResume {
+		return
+	}
+	if r.staleReadErrors > 0 {
+		t.Errorf("%d lists at resourceVersion 0 failed; the cache must serve them through any etcd fault", r.staleReadErrors)
+	}
+	if r.unclearErrors > 0 {
+		t.Errorf("%d consistent lists failed with a code other than 429, 503 or 504", r.unclearErrors)
+	}
+	// The bound: events flow again within 5 s of the heal.
+	if r.recovery > 5*time.Second {
+		t.Errorf("events flowed again %v after the heal, want within 5s", r.recovery)
+	}
+	if ended := r.ended410 + r.endedError + r.endedClosed; ended > 0 {
+		t.Errorf("%d streams ended (410: %d, error: %d, closed: %d), want none", ended, r.ended410, r.endedError, r.endedClosed)
+	}
+	if r.relists > 0 {
+		t.Errorf("clients re-listed %d times, want none", r.relists)
+	}
+	if r.cacheRelists > 0 {
+		t.Errorf("the cache re-listed etcd %d times, want none", r.cacheRelists)
+	}
+}
+
+// TestInjectedFaultsAreCaught proves the harness can fail: a build of our
+// server with the faultinject tag breaks one promise in its cache's
+// watches, and the matching invariant must catch it.
+func TestInjectedFaultsAreCaught(t *testing.T) {
+	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, true)
+	tests := []struct {
+		fault   string
+		counter func(*result) int
+	}{
+		{"drop", func(r *result) int { return r.missed }},
+		{"duplicate", func(r *result) int { return r.duplicated }},
+		{"reorder", func(r *result) int { return r.outOfOrder }},
+		{"early-bookmark", func(r *result) int { return r.bookmarks }},
+	}
+	for _, tc := range tests {
+		if !*chaos && tc.fault != "drop" {
+			continue
+		}
+		t.Run(tc.fault, func(t *testing.T) {
+			r := run(t, scenarioNamed("baseline"), ours, tc.fault)
+			record(r)
+			if tc.counter(r) == 0 {
+				t.Errorf("the harness did not catch an injected %s: %s", tc.fault, r.summary())
+			}
+		})
+	}
+}

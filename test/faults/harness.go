@@ -1,0 +1,475 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
+)
+
+// Traffic of a run. 20 writes a second through the server is about what a
+// small fleet's controllers make, and enough to keep every kind of
+// selector moving during a few seconds of fault.
+const (
+	writeRate = 20
+	// populated objects exist before the clients start.
+	populated = 40
+	// minWritesBeforeFault makes a run invalid when the traffic before the
+	// fault was too low to prove anything, as etcd's robustness tests do.
+	minWritesBeforeFault = 40
+	// writesAfterHeal is how much traffic must go through after the heal
+	// before the sentinels.
+	writesAfterHeal = 20
+	// sentinelDeadline is how long after the heal every open stream gets
+	// to receive a write made after it: the issue's 5 s, plus the time the
+	// writes themselves take to go through again.
+	sentinelDeadline = 10 * time.Second
+)
+
+// binaries are the programs a run starts, built once per test process.
+type binaries struct {
+	etcd, ours, oursFaulty, upstream string
+}
+
+var (
+	// binDir holds the binaries; TestMain creates and removes it.
+	binDir    string
+	buildOnce sync.Once
+	built     binaries
+	buildErr  error
+)
+
+// build compiles etcd, our server, our server with the faultinject tag,
+// and the upstream-wired server from the module at ../.. .
+func build(tb testing.TB) binaries {
+	tb.Helper()
+	buildOnce.Do(func() {
+		dir := binDir
+		built = binaries{etcd: filepath.Join(dir, "etcd"), ours: filepath.Join(dir, "ours"),
+			oursFaulty: filepath.Join(dir, "ours-faultinject"), upstream: filepath.Join(dir, "upstream")}
+		for _, b := range []struct{ out, pkg, tags string }{
+			{built.etcd, "./test/cmd/etcd", ""},
+			{built.ours, "./cmd/cached-apiserver", ""},
+			{built.oursFaulty, "./cmd/cached-apiserver", "faultinject"},
+			{built.upstream, "./test/bench/cmd/server-upstream", ""},
+		} {
+			cmd := exec.Command("go", "build", "-tags", b.tags, "-o", b.out, b.pkg)
+			cmd.Dir = "../.."
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("building %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return built
+}
+
+// env is one run's system: etcd, proxies, the server, and the clients.
+type env struct {
+	tb      testing.TB
+	dir     string
+	cluster *cluster
+	// proxies stand between the server and each member.
+	proxies []*proxy
+	// serverMembers are the members the server's --etcd-servers lists.
+	serverMembers []int
+	server        *apiServer
+	client        versioned.Interface
+	truth         *truth
+	writer        *writer
+	lists         *listLog
+	streams       []*stream
+	probes        []*stream
+	informers     []*informer
+	// oldRV is a resourceVersion from before the traffic, for probes.
+	oldRV int64
+
+	clientCtx context.Context
+	clientWG  sync.WaitGroup
+	// probesMu guards probes, which a fault may add to, and notes.
+	probesMu sync.Mutex
+	notes    []string
+}
+
+// notef records what a fault did, for the result.
+func (e *env) notef(format string, args ...any) {
+	e.probesMu.Lock()
+	defer e.probesMu.Unlock()
+	e.notes = append(e.notes, fmt.Sprintf(format, args...))
+}
+
+// startProbe opens a probe watch from the old resourceVersion.
+func (e *env) startProbe(n int) {
+	s := newStream(watchSpec{name: fmt.Sprintf("probe-%d", n), probeFrom: e.oldRV}, e.client, e.lists, e.writer.acked.Load)
+	e.probesMu.Lock()
+	e.probes = append(e.probes, s)
+	e.probesMu.Unlock()
+	e.clientWG.Add(1)
+	go func() {
+		defer e.clientWG.Done()
+		s.run(e.clientCtx)
+	}()
+}
+
+// hold waits for d, the length of a fault, unless ctx ends first.
+func hold(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// waitWrites waits until n writes in all have been acknowledged.
+func (e *env) waitWrites(ctx context.Context, n int, timeout time.Duration) error {
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		return e.writer.succeeded() >= n, nil
+	})
+}
+
+// streamSpecs are the raw watch clients of a run: 50 streams over every
+// kind of selector the agents and controllers use, with and without
+// bookmarks, ten of them syncing by watch-list.
+func streamSpecs() []watchSpec {
+	var specs []watchSpec
+	add := func(n int, sel selector, watchList bool) {
+		for i := 0; i < n; i++ {
+			specs = append(specs, watchSpec{
+				name: fmt.Sprintf("w%02d %s", len(specs), sel), sel: sel,
+				bookmarks: watchList || i%2 == 0, watchList: watchList,
+			})
+		}
+	}
+	add(8, selector{}, false)
+	add(4, selector{namespace: "faults-a"}, false)
+	add(2, selector{namespace: "faults-b"}, false)
+	for _, agent := range agents {
+		add(2, selector{field: "spec.agentName=" + agent}, false)
+	}
+	add(4, selector{field: "status.phase=Running"}, false)
+	add(4, selector{label: "tier=gold"}, false)
+	add(2, selector{namespace: "faults-b", label: "tier=silver"}, false)
+	add(2, selector{label: "tier in (gold)", field: "spec.agentName=agent-1"}, false)
+	add(4, selector{}, true)
+	add(3, selector{field: "spec.agentName=agent-2"}, true)
+	add(3, selector{label: "tier=silver"}, true)
+	return specs
+}
+
+// run starts the system for sc against impl (ours, upstream, or ours with
+// an injected fault in its cache), runs the traffic and the fault, and
+// checks every invariant.
+func run(t *testing.T, sc scenario, impl, injected string) *result {
+	bins := build(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &result{scenario: sc.name, server: impl}
+	if injected != "" {
+		r.server = impl + " (" + injected + " injected)"
+	}
+	e := &env{tb: t, dir: t.TempDir(), serverMembers: sc.serverMembers}
+	members := sc.members
+	if members == 0 {
+		members = 1
+	}
+	if len(e.serverMembers) == 0 {
+		e.serverMembers = []int{0}
+	}
+	e.cluster = startCluster(t, bins.etcd, filepath.Join(e.dir, "etcd"), members)
+	var serverURLs []string
+	for i, m := range e.cluster.members {
+		p, err := newProxy(fmt.Sprintf("127.0.0.1:%d", m.ClientPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.close)
+		e.proxies = append(e.proxies, p)
+		for _, s := range e.serverMembers {
+			if s == i {
+				serverURLs = append(serverURLs, p.URL())
+			}
+		}
+	}
+	bin, envVars := bins.ours, []string(nil)
+	switch {
+	case impl == upstream:
+		bin = bins.upstream
+	case injected != "":
+		bin, envVars = bins.oursFaulty, []string{"CACHED_APISERVER_TEST_FAULT=" + injected}
+	}
+	e.server = startServer(t, impl, bin, filepath.Join(e.dir, "server"), serverURLs, envVars)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the server's log ends:\n%s", tail(e.server.proc.logPath, 40))
+		}
+	})
+	e.client = versioned.NewForConfigOrDie(e.server.config)
+
+	e.writer = newWriter(e.client, 1)
+	if err := e.writer.populate(ctx, populated); err != nil {
+		t.Fatalf("populating: %v", err)
+	}
+	e.oldRV = e.writer.acked.Load()
+	var err error
+	if e.truth, err = startTruth(ctx, e.cluster.truthClient); err != nil {
+		t.Fatal(err)
+	}
+
+	// Clients: streams, informers, the lister.
+	clientCtx, stopClients := context.WithCancel(ctx)
+	defer stopClients()
+	e.clientCtx = clientCtx
+	e.lists = newListLog()
+	for _, spec := range streamSpecs() {
+		s := newStream(spec, e.client, e.lists, e.writer.acked.Load)
+		e.streams = append(e.streams, s)
+		e.clientWG.Add(1)
+		go func() {
+			defer e.clientWG.Done()
+			s.run(clientCtx)
+		}()
+	}
+	e.informers = []*informer{newInformer("informer (list)", e.client, false), newInformer("informer (watch-list)", e.client, true)}
+	for _, inf := range e.informers {
+		if !inf.start(clientCtx) {
+			t.Fatalf("%s never synced", inf.name)
+		}
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, s := range e.streams {
+			s.mu.Lock()
+			synced := len(s.segments) > 0 && s.segments[0].initial == nil
+			s.mu.Unlock()
+			if !synced {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("streams never synced: %v", err)
+	}
+	trafficCtx, stopTraffic := context.WithCancel(ctx)
+	defer stopTraffic()
+	var trafficWG sync.WaitGroup
+	trafficWG.Add(2)
+	go func() { defer trafficWG.Done(); e.writer.run(trafficCtx, writeRate) }()
+	go func() { defer trafficWG.Done(); lister(trafficCtx, e.client, e.lists, e.writer.acked.Load) }()
+
+	if err := e.waitWrites(ctx, populated+minWritesBeforeFault, 30*time.Second); err != nil {
+		t.Fatalf("invalid run: only %d writes went through before the fault", e.writer.succeeded()-populated)
+	}
+
+	// The fault, with /readyz watched while it is on.
+	faultCtx, faultDone := context.WithCancel(ctx)
+	readyzDone := make(chan bool)
+	go func() {
+		unready := false
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-faultCtx.Done():
+				readyzDone <- unready
+				return
+			case <-tick.C:
+				unready = unready || e.server.readyz(faultCtx) != 200
+			}
+		}
+	}()
+	if err := sc.fault(ctx, e); err != nil {
+		t.Fatalf("injecting %s: %v", sc.name, err)
+	}
+	healed := time.Now()
+	faultDone()
+	r.notes = append(r.notes, e.notes...)
+	r.unready = <-readyzDone
+
+	atHeal := e.writer.succeeded()
+	e.sentinels(ctx, r, healed)
+	if err := e.waitWrites(ctx, atHeal+writesAfterHeal, 30*time.Second); err != nil {
+		r.notef("writes did not resume within 30 s of the heal")
+	}
+	stopTraffic()
+	trafficWG.Wait()
+	e.finish(ctx, r)
+	stopClients()
+	e.clientWG.Wait()
+	e.validate(r)
+	e.serverMetrics(ctx, r)
+	t.Log(r.summary())
+	return r
+}
+
+// sentinels writes, after the heal, one object into each open stream's
+// selector and measures when every stream received its own.
+func (e *env) sentinels(ctx context.Context, r *result, healed time.Time) {
+	type want struct {
+		s *stream
+		sentinel
+	}
+	var wants []want
+	bySelector := map[selector]sentinel{}
+	for _, s := range e.streams {
+		sn, ok := bySelector[s.spec.sel]
+		if !ok {
+			var err error
+			sctx, cancel := context.WithTimeout(ctx, sentinelDeadline)
+			sn, err = e.writer.writeSentinel(sctx, s.spec.sel, len(bySelector))
+			cancel()
+			if err != nil {
+				r.notef("%v", err)
+				r.undelivered++
+				continue
+			}
+			bySelector[s.spec.sel] = sn
+		}
+		wants = append(wants, want{s, sn})
+	}
+	deadline := healed.Add(sentinelDeadline + 5*time.Second)
+	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Until(deadline), true, func(context.Context) (bool, error) {
+		for _, w := range wants {
+			if _, ok := w.s.seenAt(w.key); !ok {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	for _, w := range wants {
+		at, ok := w.s.seenAt(w.key)
+		if !ok {
+			r.undelivered++
+			r.notef("%s never received sentinel %s", w.s.spec.name, w.key)
+			continue
+		}
+		r.recovery = max(r.recovery, at.Sub(healed))
+		r.sentinelLatency = max(r.sentinelLatency, at.Sub(w.acked))
+	}
+}
+
+// finish waits for the truth and the informers to reach the last write,
+// then compares each informer's store with a fresh list.
+func (e *env) finish(ctx context.Context, r *result) {
+	last := e.writer.acked.Load()
+	if err := e.truth.waitFor(ctx, e.cluster.truthClient, last); err != nil {
+		e.tb.Fatalf("the ground truth never reached %d: %v", last, err)
+	}
+	fresh, err := e.client.FleetV1beta1().Assignments("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		e.tb.Fatalf("final list: %v", err)
+	}
+	e.lists.add(listResult{who: "final list", rv: parseRV(fresh.ResourceVersion), items: itemsOf(fresh.Items), consistent: true, minRV: last})
+	want := itemsOf(fresh.Items)
+	for _, inf := range e.informers {
+		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return diffItems(want, inf.items()) == "", nil
+		}); err != nil {
+			r.note(&r.lists, "%s: store differs from a fresh list at %s: %s", inf.name, fresh.ResourceVersion, diffItems(want, inf.items()))
+		}
+		r.relists += inf.relists()
+	}
+}
+
+// validate checks every stream and list against the truth.
+func (e *env) validate(r *result) {
+	history, err := e.truth.history()
+	if err != nil {
+		e.tb.Fatalf("the ground truth is incomplete: %v", err)
+	}
+	check := func(s *stream, probe bool) {
+		m, err := newMatcher(s.spec.sel)
+		if err != nil {
+			e.tb.Fatal(err)
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, seg := range s.segments {
+			r.add(validateSegment(s.spec.name, history, m, seg))
+		}
+		for _, end := range s.ends {
+			switch {
+			case probe:
+				r.probes++
+				if end.reason == end410 {
+					r.probes410++
+				}
+			case end.reason == end410:
+				r.ended410++
+			case end.reason == endError:
+				r.endedError++
+				r.notef("%s ended with %s", s.spec.name, end.msg)
+			case end.reason == endClosed:
+				r.endedClosed++
+			}
+		}
+		if !probe {
+			r.relists += s.relists
+		}
+	}
+	for _, s := range e.streams {
+		check(s, false)
+	}
+	for _, s := range e.probes {
+		check(s, true)
+	}
+	e.lists.mu.Lock()
+	defer e.lists.mu.Unlock()
+	for _, l := range e.lists.lists {
+		r.add(validateList(e.truth, l))
+	}
+	for what, n := range e.lists.errors {
+		r.listErrors += n
+		r.notef("%d × %s failed, first with: %s", n, what, e.lists.firstErr[what])
+		switch {
+		case strings.HasPrefix(what, "list at 0 "):
+			r.staleReadErrors += n
+		case !strings.HasSuffix(what, " 429") && !strings.HasSuffix(what, " 503") && !strings.HasSuffix(what, " 504") &&
+			!strings.HasSuffix(what, " 410"): // a continue token compacted away
+			r.unclearErrors += n
+		}
+	}
+	r.writesOK = e.writer.succeeded()
+	e.writer.mu.Lock()
+	for what, n := range e.writer.failed {
+		r.writesFailed += n
+		r.notef("%d × write %s failed", n, what)
+	}
+	e.writer.mu.Unlock()
+}
+
+// serverMetrics reads the server's cache re-lists and failed consistency checks.
+func (e *env) serverMetrics(ctx context.Context, r *result) {
+	inits, err := e.server.metric(ctx, "apiserver_watch_cache_initializations_total", `resource="assignments"`)
+	if err != nil {
+		r.notef("reading metrics: %v", err)
+		return
+	}
+	r.cacheRelists = max(int(inits)-1, 0)
+	failed, _ := e.server.metric(ctx, "apiserver_storage_consistency_checks_total", `resource="assignments"`, `status="failure"`)
+	r.checksFailed = int(failed)
+	if e.server.impl == ours {
+		rewatches, _ := e.server.metric(ctx, "cached_apiserver_watch_cache_etcd_watch_restarts_total", `resource="assignments"`)
+		r.cacheRewatches = int(rewatches)
+	}
+}
+
+// tail returns the last n lines of a file.
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}

@@ -1,0 +1,107 @@
+package faults
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// echoServer echoes every connection on loopback.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// roundTrip writes msg and reads it back, or fails after timeout.
+func roundTrip(c net.Conn, msg string, timeout time.Duration) (string, error) {
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return "", err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(timeout))
+	buf := make([]byte, len(msg))
+	_, err := io.ReadFull(c, buf)
+	return string(buf), err
+}
+
+func TestProxy(t *testing.T) {
+	p, err := newProxy(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", p.ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c := dial()
+	if got, err := roundTrip(c, "plain", time.Second); err != nil || got != "plain" {
+		t.Fatalf("through a healthy proxy: %q, %v", got, err)
+	}
+
+	t.Run("blackhole holds bytes until heal", func(t *testing.T) {
+		p.blackhole()
+		if _, err := roundTrip(c, "held", 200*time.Millisecond); err == nil {
+			t.Fatal("bytes went through a blackhole")
+		}
+		p.heal()
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "held" {
+			t.Fatalf("after heal: %q, %v; want the held bytes", buf, err)
+		}
+	})
+	t.Run("delay", func(t *testing.T) {
+		p.setDelay(100*time.Millisecond, 0)
+		defer p.heal()
+		start := time.Now()
+		if got, err := roundTrip(c, "slow", 2*time.Second); err != nil || got != "slow" {
+			t.Fatalf("delayed round trip: %q, %v", got, err)
+		}
+		// Both directions are delayed.
+		if took := time.Since(start); took < 200*time.Millisecond {
+			t.Errorf("round trip took %v through a 100ms delay each way", took)
+		}
+	})
+	t.Run("reset", func(t *testing.T) {
+		c := dial()
+		if _, err := roundTrip(c, "x", time.Second); err != nil {
+			t.Fatal(err)
+		}
+		p.reset()
+		if _, err := roundTrip(c, "y", time.Second); err == nil {
+			t.Fatal("a reset connection still works")
+		}
+		if got, err := roundTrip(dial(), "new", time.Second); err != nil || got != "new" {
+			t.Fatalf("a new connection after reset: %q, %v", got, err)
+		}
+	})
+	t.Run("drop refuses until heal", func(t *testing.T) {
+		p.drop()
+		if _, err := roundTrip(dial(), "x", 500*time.Millisecond); err == nil {
+			t.Fatal("a connection went through a drop")
+		}
+		p.heal()
+		if got, err := roundTrip(dial(), "back", time.Second); err != nil || got != "back" {
+			t.Fatalf("after heal: %q, %v", got, err)
+		}
+	})
+}

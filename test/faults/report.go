@@ -1,0 +1,103 @@
+package faults
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+)
+
+// result is one scenario run against one server.
+type result struct {
+	scenario, server string
+	violations
+	// Streams ended, by how. Probes from old resourceVersions are counted
+	// apart: their 410s are what compaction promises.
+	ended410, endedError, endedClosed int
+	probes, probes410                 int
+	// relists counts client re-lists: streams' and informers'.
+	relists int
+	// cacheRelists is how often the server's own cache for assignments
+	// re-listed etcd (its watch cache initializations after the first).
+	cacheRelists int
+	// cacheRewatches is how often our cache re-opened its etcd watch
+	// without re-listing: the proof that the fault reached it. Upstream's
+	// reflector re-watches too, but counts it nowhere.
+	cacheRewatches int
+	// recovery is from the fault's heal until every open stream had received a
+	// write made after it; sentinelLatency is the slowest sentinel's
+	// delivery after its write was acknowledged.
+	recovery, sentinelLatency time.Duration
+	// undelivered counts sentinels some stream never received.
+	undelivered int
+	// unready is whether /readyz failed while the fault was on.
+	unready bool
+	// checksFailed counts failed consistency checks of our cache.
+	checksFailed int
+	// staleReadErrors counts failed lists at resourceVersion 0, which a
+	// cache should answer whatever etcd's state.
+	staleReadErrors int
+	// unclearErrors counts failed consistent lists whose code was not 429,
+	// 503 or 504 (or 410 for a compacted continue token): a client cannot
+	// tell when to retry them.
+	unclearErrors int
+	writesOK      int
+	writesFailed int
+	listErrors   int
+	notes        []string
+}
+
+func (r *result) notef(format string, args ...any) { r.notes = append(r.notes, fmt.Sprintf(format, args...)) }
+
+// writeTable prints results as a Markdown table, one row per scenario and server.
+func writeTable(w io.Writer, results []*result) {
+	fmt.Fprintln(w, "| scenario | server | missed | dup | out of order | other violations | ended 410 | ended error | ended closed | client re-lists | cache re-lists | cache re-watches | recovery | sentinel p100 | /readyz unready | writes ok/failed |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	sorted := append([]*result(nil), results...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].scenario < sorted[j].scenario })
+	for _, r := range sorted {
+		other := r.unexpected + r.bookmarks + r.lists
+		ended410 := fmt.Sprint(r.ended410)
+		if r.probes > 0 {
+			ended410 += fmt.Sprintf(" (+%d/%d probes)", r.probes410, r.probes)
+		}
+		unready := "no"
+		if r.unready {
+			unready = "yes"
+		}
+		rewatches := "-"
+		if strings.HasPrefix(r.server, ours) {
+			rewatches = fmt.Sprint(r.cacheRewatches)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %s | %d | %d | %d | %d | %s | %s | %s | %s | %d/%d |\n",
+			r.scenario, r.server, r.missed, r.duplicated, r.outOfOrder, other, ended410, r.endedError, r.endedClosed,
+			r.relists, r.cacheRelists, rewatches, round(r.recovery), round(r.sentinelLatency), unready, r.writesOK, r.writesFailed)
+	}
+}
+
+func round(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(10 * time.Millisecond).String()
+}
+
+// summary is a one-line account of a result for the test log.
+func (r *result) summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s/%s: missed=%d dup=%d ooo=%d unexpected=%d bookmarks=%d lists=%d ended(410/err/closed)=%d/%d/%d relists=%d cacheRelists=%d rewatches=%d recovery=%v sentinel=%v undelivered=%d checksFailed=%d writes=%d/%d",
+		r.scenario, r.server, r.missed, r.duplicated, r.outOfOrder, r.unexpected, r.bookmarks, r.lists,
+		r.ended410, r.endedError, r.endedClosed, r.relists, r.cacheRelists, r.cacheRewatches, round(r.recovery), round(r.sentinelLatency),
+		r.undelivered, r.checksFailed, r.writesOK, r.writesFailed)
+	for _, n := range r.notes {
+		b.WriteString("\n  note: " + n)
+	}
+	for _, d := range r.details {
+		b.WriteString("\n  violation: " + d)
+	}
+	return b.String()
+}

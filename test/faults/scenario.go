@@ -1,0 +1,181 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// scenario is one fault, bounded in time, and the topology it needs.
+type scenario struct {
+	name string
+	// members is the etcd cluster's size; 0 means 1.
+	members int
+	// serverMembers are the members the server's --etcd-servers lists,
+	// each through its proxy; empty means the first.
+	serverMembers []int
+	// fault injects the fault and returns once it has healed.
+	fault func(ctx context.Context, e *env) error
+	// clientsResume marks the scenarios where streams may end and clients
+	// re-list even against our server: our own restart.
+	clientsResume bool
+}
+
+// scenarios are every fault of the issue, in its order.
+var scenarios = []scenario{
+	{name: "baseline", fault: func(context.Context, *env) error { return nil }},
+	{name: "kill-9 single member", fault: killAndRestart(func(*env) []int { return []int{0} }, 3*time.Second)},
+	{name: "leader loss", members: 3, fault: leaderLoss},
+	{name: "kill the server's member", members: 3, serverMembers: []int{0, 1, 2}, fault: killServersMember},
+	{name: "leader transfer", members: 3, serverMembers: []int{0, 1, 2}, fault: leaderTransfer},
+	{name: "blackhole 2s", fault: blackhole(2 * time.Second)},
+	{name: "blackhole 15s", fault: blackhole(15 * time.Second)},
+	{name: "delay 100±50ms 5s", fault: delay},
+	{name: "connection reset", fault: func(_ context.Context, e *env) error { e.proxies[0].reset(); return nil }},
+	{name: "compaction every 100ms", fault: compaction},
+	{name: "defragment", fault: defragment},
+	{name: "server restart", fault: serverRestart, clientsResume: true},
+	{name: "stalled client", fault: stalledClient},
+}
+
+func scenarioNamed(name string) scenario {
+	for _, sc := range scenarios {
+		if sc.name == name {
+			return sc
+		}
+	}
+	panic("no scenario " + name)
+}
+
+// killAndRestart SIGKILLs the members which returns, holds, restarts them and
+// waits for a leader.
+func killAndRestart(which func(*env) []int, down time.Duration) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		victims := which(e)
+		for _, i := range victims {
+			e.cluster.kill(i)
+		}
+		hold(ctx, down)
+		for _, i := range victims {
+			if err := e.cluster.restart(i); err != nil {
+				return err
+			}
+		}
+		return e.cluster.waitLeader(ctx)
+	}
+}
+
+// leaderLoss stops the two members the server does not talk to for 6 s:
+// its member loses its leader and, after three election timeouts, cancels
+// every watch that requires one.
+func leaderLoss(ctx context.Context, e *env) error {
+	e.cluster.kill(1)
+	e.cluster.kill(2)
+	start := time.Now()
+	// The run is only valid if the server's member really lost its leader.
+	lost := false
+	for time.Since(start) < 6*time.Second {
+		lost = lost || !e.cluster.hasLeader(ctx, 0)
+		hold(ctx, 100*time.Millisecond)
+	}
+	for _, i := range []int{1, 2} {
+		if err := e.cluster.restart(i); err != nil {
+			return err
+		}
+	}
+	if !lost {
+		return fmt.Errorf("member 1 never lost its leader")
+	}
+	return e.cluster.waitLeader(ctx)
+}
+
+// killServersMember kills, for 6 s, the member holding most of the
+// server's etcd watches, with --etcd-servers listing all three.
+func killServersMember(ctx context.Context, e *env) error {
+	victim, most := 0, -1
+	var counts []int
+	for i := range e.cluster.members {
+		n, err := e.cluster.serverWatchers(ctx, i)
+		if err != nil {
+			return err
+		}
+		counts = append(counts, n)
+		if n > most {
+			victim, most = i, n
+		}
+	}
+	e.notef("the server's etcd watchers by member: %v; killed member %d", counts, victim+1)
+	return killAndRestart(func(*env) []int { return []int{victim} }, 6*time.Second)(ctx, e)
+}
+
+// leaderTransfer moves the leadership twice, 2 s apart.
+func leaderTransfer(ctx context.Context, e *env) error {
+	for range 2 {
+		lead := e.cluster.leader(ctx)
+		if lead < 0 {
+			return fmt.Errorf("no leader to transfer from")
+		}
+		if err := e.cluster.moveLeader(ctx, (lead+1)%len(e.cluster.members)); err != nil {
+			return err
+		}
+		hold(ctx, 2*time.Second)
+	}
+	return e.cluster.waitLeader(ctx)
+}
+
+func blackhole(d time.Duration) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		e.proxies[0].blackhole()
+		hold(ctx, d)
+		e.proxies[0].heal()
+		return nil
+	}
+}
+
+func delay(ctx context.Context, e *env) error {
+	e.proxies[0].setDelay(100*time.Millisecond, 50*time.Millisecond)
+	hold(ctx, 5*time.Second)
+	e.proxies[0].heal()
+	return nil
+}
+
+// compaction compacts etcd to its head every 100 ms for 5 s, while probes
+// watch from a resourceVersion from before the traffic: they must get a
+// 410, or every event after it.
+func compaction(ctx context.Context, e *env) error {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for i := 0; i < 50; i++ {
+		<-tick.C
+		if err := e.cluster.compactToHead(ctx); err != nil {
+			return err
+		}
+		if i%5 == 0 {
+			e.startProbe(i / 5)
+		}
+	}
+	return nil
+}
+
+func defragment(ctx context.Context, e *env) error {
+	for range 5 {
+		if err := e.cluster.defragment(ctx, 0); err != nil {
+			return err
+		}
+		hold(ctx, time.Second)
+	}
+	return nil
+}
+
+func serverRestart(ctx context.Context, e *env) error {
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	return e.server.restart(rctx)
+}
+
+// stalledClient makes one stream stop reading for 5 s.
+func stalledClient(ctx context.Context, e *env) error {
+	e.streams[0].pause(5 * time.Second)
+	hold(ctx, 5*time.Second)
+	return nil
+}

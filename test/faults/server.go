@@ -1,0 +1,151 @@
+package faults
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/loopbacketcd"
+)
+
+// The servers a scenario runs against.
+const (
+	// ours is cmd/cached-apiserver as shipped.
+	ours = "ours"
+	// upstream is the same server over upstream's Cacher (test/bench/cmd/server-upstream).
+	upstream = "upstream"
+)
+
+// consistencyCheckInterval makes our cache check itself against etcd
+// several times a scenario; a failed check is a finding.
+const consistencyCheckInterval = "5s"
+
+// apiServer is cached-apiserver, ours or upstream-wired, as a process in
+// standalone mode over external etcd.
+type apiServer struct {
+	impl string
+	proc *process
+	// config reaches the server as its admin, from the kubeconfig it writes.
+	config *rest.Config
+	raw    *rest.RESTClient
+}
+
+// startServer runs bin over etcdServers and waits until it is ready. env
+// goes to the process, as the fault-injection build's fault.
+func startServer(tb testing.TB, impl, bin, dir string, etcdServers []string, env []string) *apiServer {
+	tb.Helper()
+	port, err := loopbacketcd.FreePort()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	args := []string{
+		"--data-dir", dir,
+		"--secure-port", strconv.Itoa(port),
+		"--etcd-servers", strings.Join(etcdServers, ","),
+		"--watch-cache-consistency-check-interval", consistencyCheckInterval,
+		// The harness's own clients must not meet the in-flight limits.
+		"--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0",
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	s := &apiServer{impl: impl}
+	s.proc = startProcess(tb, impl, filepath.Join(dir, "server.log"), bin, env, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := s.waitReady(ctx, filepath.Join(dir, "kubeconfig")); err != nil {
+		tb.Fatalf("%s never became ready: %v (log: %s)", impl, err, s.proc.logPath)
+	}
+	return s
+}
+
+func (s *apiServer) waitReady(ctx context.Context, kubeconfig string) error {
+	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if !s.proc.running() {
+			return false, fmt.Errorf("%s exited", s.impl)
+		}
+		if s.config == nil {
+			cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+			if err != nil {
+				return false, nil
+			}
+			cfg.QPS, cfg.Burst = -1, -1
+			raw := rest.CopyConfig(cfg)
+			raw.GroupVersion = nil
+			raw.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+			rc, err := rest.UnversionedRESTClientFor(raw)
+			if err != nil {
+				return false, err
+			}
+			s.config, s.raw = cfg, rc
+		}
+		return s.readyz(ctx) == http.StatusOK, nil
+	})
+}
+
+// readyz returns /readyz's status code, or 0 if it did not answer.
+func (s *apiServer) readyz(ctx context.Context) int {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var code int
+	s.raw.Get().AbsPath("/readyz").Do(ctx).StatusCode(&code)
+	return code
+}
+
+// restart stops the server with SIGTERM, as a rolling update does, and
+// starts it again on the same port and data.
+func (s *apiServer) restart(ctx context.Context) error {
+	if err := s.proc.terminate(time.Minute); err != nil {
+		return err
+	}
+	if err := s.proc.start(); err != nil {
+		return err
+	}
+	return s.waitReady(ctx, "")
+}
+
+// metric sums the samples of a metric whose labels include every one of
+// labels, from /metrics.
+func (s *apiServer) metric(ctx context.Context, name string, labels ...string) (float64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	body, err := s.raw.Get().AbsPath("/metrics").Stream(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	var sum float64
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			match = match && strings.Contains(line, l)
+		}
+		if !match {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, sc.Err()
+}

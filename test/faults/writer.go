@@ -1,0 +1,330 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
+	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
+)
+
+// The objects the writer spreads its writes over, so that every kind of
+// selector sees objects enter, change in and leave it.
+var (
+	namespaces = []string{"faults-a", "faults-b"}
+	agents     = []string{"agent-0", "agent-1", "agent-2", "agent-3", "agent-4"}
+	tiers      = []string{"gold", "silver"}
+	phases     = []v1beta1.AssignmentPhase{v1beta1.AssignmentPending, v1beta1.AssignmentRunning, v1beta1.AssignmentSucceeded, v1beta1.AssignmentFailed}
+)
+
+// writeTimeout bounds one write: during a fault writes fail or time out,
+// and the writer moves on at its rate.
+const writeTimeout = 5 * time.Second
+
+// writer makes creates, updates, status updates and deletes through the
+// API server at a steady rate. Its writes may fail during a fault; what
+// counts is what etcd recorded, which the truth reads.
+type writer struct {
+	client versioned.Interface
+	rng    *rand.Rand
+	// acked is the newest resourceVersion a write was acknowledged at.
+	acked atomic.Int64
+
+	// mu guards the fields below.
+	mu     sync.Mutex
+	next   int
+	live   []string // namespace/name of objects believed to exist
+	ok     int
+	failed map[string]int
+}
+
+func newWriter(client versioned.Interface, seed uint64) *writer {
+	return &writer{client: client, rng: rand.New(rand.NewPCG(seed, seed)), failed: map[string]int{}}
+}
+
+// populate creates n objects before the clients start.
+func (w *writer) populate(ctx context.Context, n int) error {
+	for i := 0; i < n; i++ {
+		if err := w.create(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run writes at rate per second until ctx ends.
+func (w *writer) run(ctx context.Context, rate float64) {
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := w.step(ctx); err != nil && ctx.Err() == nil {
+			w.fail(err)
+		}
+	}
+}
+
+// step makes one write, chosen so that about 40–80 objects stay alive.
+func (w *writer) step(ctx context.Context) error {
+	w.mu.Lock()
+	n := len(w.live)
+	w.mu.Unlock()
+	r := w.rng.IntN(100)
+	switch {
+	case n < 40 || r < 30:
+		return w.create(ctx)
+	case n > 80 || r < 45:
+		return w.delete(ctx)
+	case r < 70:
+		return w.update(ctx)
+	default:
+		return w.updateStatus(ctx)
+	}
+}
+
+func (w *writer) create(ctx context.Context) error {
+	w.mu.Lock()
+	w.next++
+	a := &v1beta1.Assignment{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("obj-%05d", w.next), Namespace: namespaces[w.rng.IntN(len(namespaces))],
+			Labels: map[string]string{"tier": tiers[w.rng.IntN(len(tiers))]}},
+		Spec: v1beta1.AssignmentSpec{AgentName: agents[w.rng.IntN(len(agents))], Payload: "p"},
+	}
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	out, err := w.client.FleetV1beta1().Assignments(a.Namespace).Create(ctx, a, metav1.CreateOptions{})
+	if err == nil || apierrors.IsAlreadyExists(err) {
+		w.mu.Lock()
+		w.live = append(w.live, a.Namespace+"/"+a.Name)
+		w.mu.Unlock()
+	}
+	return w.record("create", out, err)
+}
+
+// pick returns a random live object, removing it from the live set when remove.
+func (w *writer) pick(remove bool) (namespace, name string, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.live) == 0 {
+		return "", "", false
+	}
+	i := w.rng.IntN(len(w.live))
+	key := w.live[i]
+	if remove {
+		w.live[i] = w.live[len(w.live)-1]
+		w.live = w.live[:len(w.live)-1]
+	}
+	for j := range key {
+		if key[j] == '/' {
+			return key[:j], key[j+1:], true
+		}
+	}
+	return "", "", false
+}
+
+func (w *writer) forget(namespace, name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, k := range w.live {
+		if k == namespace+"/"+name {
+			w.live[i] = w.live[len(w.live)-1]
+			w.live = w.live[:len(w.live)-1]
+			return
+		}
+	}
+}
+
+func (w *writer) delete(ctx context.Context) error {
+	ns, name, ok := w.pick(true)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	err := w.client.FleetV1beta1().Assignments(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		// It may still exist; keep it a candidate.
+		w.mu.Lock()
+		w.live = append(w.live, ns+"/"+name)
+		w.mu.Unlock()
+	}
+	return w.record("delete", nil, err)
+}
+
+// update changes the spec and moves the object between label selectors.
+func (w *writer) update(ctx context.Context) error {
+	ns, name, ok := w.pick(false)
+	if !ok {
+		return nil
+	}
+	w.mu.Lock()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{"tier":%q}},"spec":{"priority":%d}}`,
+		tiers[w.rng.IntN(len(tiers))], w.rng.IntN(100))
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	out, err := w.client.FleetV1beta1().Assignments(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		w.forget(ns, name)
+	}
+	return w.record("update", out, err)
+}
+
+// updateStatus moves the object between status.phase field selectors.
+func (w *writer) updateStatus(ctx context.Context) error {
+	ns, name, ok := w.pick(false)
+	if !ok {
+		return nil
+	}
+	w.mu.Lock()
+	patch := fmt.Sprintf(`{"status":{"phase":%q}}`, phases[w.rng.IntN(len(phases))])
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
+	defer cancel()
+	out, err := w.client.FleetV1beta1().Assignments(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+	if apierrors.IsNotFound(err) {
+		w.forget(ns, name)
+	}
+	return w.record("status", out, err)
+}
+
+// opError is a failed write, named by its operation and code.
+type opError struct {
+	op  string
+	err error
+}
+
+func (e *opError) Error() string { return e.op + ": " + e.err.Error() }
+
+// fail counts a failed write, by operation and HTTP code.
+func (w *writer) fail(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	op, cause := "write", err
+	if oe, ok := err.(*opError); ok {
+		op, cause = oe.op, oe.err
+	}
+	code := "other"
+	if s, ok := cause.(apierrors.APIStatus); ok {
+		code = strconv.Itoa(int(s.Status().Code))
+	}
+	w.failed[op+" "+code]++
+}
+
+func (w *writer) record(op string, out *v1beta1.Assignment, err error) error {
+	if err != nil {
+		return &opError{op: op, err: err}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ok++
+	if out != nil {
+		rv := parseRV(out.ResourceVersion)
+		for {
+			cur := w.acked.Load()
+			if rv <= cur || w.acked.CompareAndSwap(cur, rv) {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// succeeded returns how many writes were acknowledged.
+func (w *writer) succeeded() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ok
+}
+
+// sentinel is a write made after a fault healed, that every open stream
+// whose selector it matches must receive.
+type sentinel struct {
+	key   string
+	acked time.Time
+	rv    int64
+}
+
+// writeSentinel creates an object in sel, retrying until a write goes
+// through or ctx ends: right after a fault heals the server may still be
+// reconnecting.
+func (w *writer) writeSentinel(ctx context.Context, sel selector, n int) (sentinel, error) {
+	ns := sel.namespace
+	if ns == "" {
+		ns = namespaces[0]
+	}
+	m, err := newMatcher(sel)
+	if err != nil {
+		return sentinel{}, err
+	}
+	a := &v1beta1.Assignment{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sentinel-%03d", n), Namespace: ns, Labels: map[string]string{"tier": "gold"}},
+		Spec:       v1beta1.AssignmentSpec{AgentName: agents[0]},
+	}
+	// Fit the object to the selector's requirements.
+	if reqs, ok := m.label.Requirements(); ok {
+		for _, req := range reqs {
+			if v := req.Values().List(); len(v) > 0 {
+				a.Labels[req.Key()] = v[0]
+			}
+		}
+	}
+	for _, req := range m.field.Requirements() {
+		if req.Field == "spec.agentName" {
+			a.Spec.AgentName = req.Value
+		}
+	}
+	phase := ""
+	for _, req := range m.field.Requirements() {
+		if req.Field == "status.phase" && req.Value != string(v1beta1.AssignmentPending) {
+			phase = req.Value
+		}
+	}
+	client := w.client.FleetV1beta1().Assignments(ns)
+	var out *v1beta1.Assignment
+	err = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		defer cancel()
+		var err error
+		if out == nil {
+			if out, err = client.Create(wctx, a, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+				out, err = client.Get(wctx, a.Name, metav1.GetOptions{})
+			}
+			if err != nil {
+				out = nil
+				return false, nil
+			}
+		}
+		if phase != "" && string(out.Status.Phase) != phase {
+			patch := fmt.Sprintf(`{"status":{"phase":%q}}`, phase)
+			got, err := client.Patch(wctx, a.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+			if err != nil {
+				return false, nil
+			}
+			out = got
+		}
+		return true, nil
+	})
+	if err != nil {
+		return sentinel{}, fmt.Errorf("no write went through for sentinel %s: %w", a.Name, err)
+	}
+	if !m.matches(&objState{namespace: out.Namespace, name: out.Name, labels: out.Labels, agent: out.Spec.AgentName, phase: string(out.Status.Phase)}) {
+		return sentinel{}, fmt.Errorf("sentinel %s does not match %s", a.Name, sel)
+	}
+	return sentinel{key: ns + "/" + a.Name, acked: time.Now(), rv: parseRV(out.ResourceVersion)}, nil
+}

@@ -25,7 +25,9 @@ func (m Member) ClientURL() string { return loopbackURL(m.ClientPort) }
 // PeerURL is where the member talks to its peers.
 func (m Member) PeerURL() string { return loopbackURL(m.PeerPort) }
 
-func loopbackURL(port int) string { return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+func loopbackURL(port int) string {
+	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
 
 // NewMembers returns n members with free ports and data directories under dir.
 func NewMembers(dir string, n int) ([]Member, error) {

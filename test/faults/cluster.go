@@ -80,30 +80,29 @@ func (c *cluster) restart(i int) error { return c.procs[i].start() }
 // leads, or -1.
 func (c *cluster) leader(ctx context.Context) int {
 	var lead uint64
-	for i, m := range c.members {
+	self := map[uint64]int{}
+	for i := range c.members {
 		if !c.procs[i].running() {
 			continue
 		}
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := c.client.Status(sctx, m.ClientURL())
-		cancel()
+		st, err := c.status(ctx, i)
 		if err != nil || st.Leader == 0 || (lead != 0 && st.Leader != lead) {
 			return -1
 		}
 		lead = st.Leader
+		self[st.Header.MemberId] = i
 	}
-	for i, m := range c.members {
-		if !c.procs[i].running() {
-			continue
-		}
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := c.client.Status(sctx, m.ClientURL())
-		cancel()
-		if err == nil && st.Header.MemberId == lead {
-			return i
-		}
+	if i, ok := self[lead]; ok {
+		return i
 	}
 	return -1
+}
+
+// status asks member i for its status.
+func (c *cluster) status(ctx context.Context, i int) (*clientv3.StatusResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return c.client.Status(ctx, c.members[i].ClientURL())
 }
 
 // waitLeader waits until the running members agree on a leader and a
@@ -122,9 +121,7 @@ func (c *cluster) waitLeader(ctx context.Context) error {
 
 // hasLeader reports whether member i currently knows a leader.
 func (c *cluster) hasLeader(ctx context.Context, i int) bool {
-	sctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	st, err := c.client.Status(sctx, c.members[i].ClientURL())
+	st, err := c.status(ctx, i)
 	return err == nil && st.Leader != 0
 }
 
@@ -134,9 +131,7 @@ func (c *cluster) moveLeader(ctx context.Context, to int) error {
 	if from < 0 {
 		return fmt.Errorf("no leader to move")
 	}
-	sctx, cancel := context.WithTimeout(ctx, time.Second)
-	st, err := c.client.Status(sctx, c.members[to].ClientURL())
-	cancel()
+	st, err := c.status(ctx, to)
 	if err != nil {
 		return err
 	}

@@ -284,7 +284,8 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 				readyzDone <- unready
 				return
 			case <-tick.C:
-				unready = unready || e.server.readyz(faultCtx) != 200
+				// ctx, not faultCtx: the fault's end must not cancel a probe in flight.
+				unready = unready || e.server.readyz(ctx) != 200
 			}
 		}
 	}()

@@ -64,7 +64,7 @@ func (l *listLog) fail(what string, err error) {
 // until ctx ends: consistent, at resourceVersion 0, and in pages of 25
 // following continue tokens. Failures while a fault is on are expected; a
 // list that succeeds must equal the truth.
-func lister(ctx context.Context, client versioned.Interface, lists *listLog, acked func() int64) {
+func lister(ctx context.Context, client versioned.Interface, log *listLog, acked func() int64) {
 	assignments := noRetries{client.FleetV1beta1().RESTClient()}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
@@ -75,6 +75,7 @@ func lister(ctx context.Context, client versioned.Interface, lists *listLog, ack
 		case <-tick.C:
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		lists := failures{log, ctx}
 		switch i % 3 {
 		case 0:
 			minRV := acked()
@@ -141,4 +142,17 @@ func (c noRetries) List(ctx context.Context, opts metav1.ListOptions) (*v1beta1.
 	err := c.Get().Resource("assignments").VersionedParams(&opts, fleetscheme.ParameterCodec).
 		MaxRetries(0).Do(ctx).Into(out)
 	return out, err
+}
+
+// failures records the lister's failures, except those of a request the
+// lister itself cancelled because the run ended.
+type failures struct {
+	*listLog
+	ctx context.Context
+}
+
+func (f failures) fail(what string, err error) {
+	if f.ctx.Err() == nil {
+		f.listLog.fail(what, err)
+	}
 }

@@ -3,6 +3,7 @@ package faults
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -43,37 +44,80 @@ type result struct {
 	// tell when to retry them.
 	unclearErrors int
 	writesOK      int
-	writesFailed int
-	listErrors   int
-	notes        []string
+	writesFailed  int
+	listErrors    int
+	notes         []string
 }
 
-func (r *result) notef(format string, args ...any) { r.notes = append(r.notes, fmt.Sprintf(format, args...)) }
+func (r *result) notef(format string, args ...any) {
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
 
-// writeTable prints results as a Markdown table, one row per scenario and server.
+// writeTable prints results as a Markdown table, one row per scenario and
+// server. Repeated runs (go test -count) share a row: counts are summed,
+// times are the median with the range.
 func writeTable(w io.Writer, results []*result) {
-	fmt.Fprintln(w, "| scenario | server | missed | dup | out of order | other violations | ended 410 | ended error | ended closed | client re-lists | cache re-lists | cache re-watches | recovery | sentinel p100 | /readyz unready | writes ok/failed |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-	sorted := append([]*result(nil), results...)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].scenario < sorted[j].scenario })
-	for _, r := range sorted {
-		other := r.unexpected + r.bookmarks + r.lists
-		ended410 := fmt.Sprint(r.ended410)
-		if r.probes > 0 {
-			ended410 += fmt.Sprintf(" (+%d/%d probes)", r.probes410, r.probes)
+	fmt.Fprintln(w, "| scenario | server | runs | missed | dup | out of order | other violations | ended 410 | ended error | ended closed | client re-lists | cache re-lists | cache re-watches | recovery | sentinel p100 | /readyz unready | writes ok/failed |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	type key struct{ scenario, server string }
+	var order []key
+	groups := map[key][]*result{}
+	for _, r := range results {
+		k := key{r.scenario, r.server}
+		if groups[k] == nil {
+			order = append(order, k)
 		}
-		unready := "no"
-		if r.unready {
-			unready = "yes"
+		groups[k] = append(groups[k], r)
+	}
+	sort.SliceStable(order, func(i, j int) bool { return order[i].scenario < order[j].scenario })
+	for _, k := range order {
+		g := groups[k]
+		var sum result
+		var recovery, sentinel []time.Duration
+		unready := 0
+		for _, r := range g {
+			sum.add(r.violations)
+			sum.ended410 += r.ended410
+			sum.endedError += r.endedError
+			sum.endedClosed += r.endedClosed
+			sum.probes += r.probes
+			sum.probes410 += r.probes410
+			sum.relists += r.relists
+			sum.cacheRelists += r.cacheRelists
+			sum.cacheRewatches += r.cacheRewatches
+			sum.writesOK += r.writesOK
+			sum.writesFailed += r.writesFailed
+			recovery = append(recovery, r.recovery)
+			sentinel = append(sentinel, r.sentinelLatency)
+			if r.unready {
+				unready++
+			}
+		}
+		other := sum.unexpected + sum.bookmarks + sum.lists
+		ended410 := fmt.Sprint(sum.ended410)
+		if sum.probes > 0 {
+			ended410 += fmt.Sprintf(" (+%d/%d probes)", sum.probes410, sum.probes)
 		}
 		rewatches := "-"
-		if strings.HasPrefix(r.server, ours) {
-			rewatches = fmt.Sprint(r.cacheRewatches)
+		if strings.HasPrefix(k.server, ours) {
+			rewatches = fmt.Sprint(sum.cacheRewatches)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %s | %d | %d | %d | %d | %s | %s | %s | %s | %d/%d |\n",
-			r.scenario, r.server, r.missed, r.duplicated, r.outOfOrder, other, ended410, r.endedError, r.endedClosed,
-			r.relists, r.cacheRelists, rewatches, round(r.recovery), round(r.sentinelLatency), unready, r.writesOK, r.writesFailed)
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %d | %s | %d | %d | %d | %d | %s | %s | %s | %d/%d | %d/%d |\n",
+			k.scenario, k.server, len(g), sum.missed, sum.duplicated, sum.outOfOrder, other, ended410, sum.endedError,
+			sum.endedClosed, sum.relists, sum.cacheRelists, rewatches, spread(recovery), spread(sentinel),
+			unready, len(g), sum.writesOK, sum.writesFailed)
 	}
+}
+
+// spread is the median of ds, with the range when there are several.
+func spread(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	median := round(s[len(s)/2])
+	if len(s) == 1 {
+		return median
+	}
+	return fmt.Sprintf("%s (%s–%s)", median, round(s[0]), round(s[len(s)-1]))
 }
 
 func round(d time.Duration) string {

@@ -25,7 +25,9 @@ func testHistory() []truthEvent {
 	}
 }
 
-func ev(typ watch.EventType, key string, rv int64) received { return received{typ: typ, key: key, rv: rv} }
+func ev(typ watch.EventType, key string, rv int64) received {
+	return received{typ: typ, key: key, rv: rv}
+}
 
 // TestValidateSegment feeds the validator streams with each kind of
 // mistake and checks it counts exactly that mistake.

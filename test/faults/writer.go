@@ -168,39 +168,34 @@ func (w *writer) delete(ctx context.Context) error {
 
 // update changes the spec and moves the object between label selectors.
 func (w *writer) update(ctx context.Context) error {
-	ns, name, ok := w.pick(false)
-	if !ok {
-		return nil
-	}
 	w.mu.Lock()
 	patch := fmt.Sprintf(`{"metadata":{"labels":{"tier":%q}},"spec":{"priority":%d}}`,
 		tiers[w.rng.IntN(len(tiers))], w.rng.IntN(100))
 	w.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
-	defer cancel()
-	out, err := w.client.FleetV1beta1().Assignments(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-	if apierrors.IsNotFound(err) {
-		w.forget(ns, name)
-	}
-	return w.record("update", out, err)
+	return w.patch(ctx, "update", patch)
 }
 
 // updateStatus moves the object between status.phase field selectors.
 func (w *writer) updateStatus(ctx context.Context) error {
+	w.mu.Lock()
+	patch := fmt.Sprintf(`{"status":{"phase":%q}}`, phases[w.rng.IntN(len(phases))])
+	w.mu.Unlock()
+	return w.patch(ctx, "status", patch, "status")
+}
+
+// patch merge-patches a random live object, or its subresource.
+func (w *writer) patch(ctx context.Context, op, patch string, subresource ...string) error {
 	ns, name, ok := w.pick(false)
 	if !ok {
 		return nil
 	}
-	w.mu.Lock()
-	patch := fmt.Sprintf(`{"status":{"phase":%q}}`, phases[w.rng.IntN(len(phases))])
-	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
-	out, err := w.client.FleetV1beta1().Assignments(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+	out, err := w.client.FleetV1beta1().Assignments(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, subresource...)
 	if apierrors.IsNotFound(err) {
 		w.forget(ns, name)
 	}
-	return w.record("status", out, err)
+	return w.record(op, out, err)
 }
 
 // opError is a failed write, named by its operation and code.

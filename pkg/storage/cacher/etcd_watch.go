@@ -191,7 +191,8 @@ func (c *Cacher) watch(ctx context.Context, rv uint64, alive func()) watchEnd {
 	defer w.Stop()
 	// A progress notification proves the new watch is live, so that
 	// the outage ends as soon as etcd answers, not with the next write.
-	c.requestProgress()
+	// Asking may block on a stalled connection; the loop must not.
+	go c.requestProgress()
 
 	interval := c.cfg.ProgressRequestInterval
 	silence := c.cfg.Clock.NewTicker(interval)
@@ -209,7 +210,7 @@ func (c *Cacher) watch(ctx context.Context, rv uint64, alive func()) watchEnd {
 				heard, asked = false, false
 			case !asked:
 				asked = true
-				c.requestProgress()
+				go c.requestProgress()
 			default:
 				return watchEnd{reason: endSilent, err: fmt.Errorf("no event or progress notification from etcd for %v", 2*interval)}
 			}

@@ -26,6 +26,9 @@ type WatchCacheOptions struct {
 	// ConsistencyCheckInterval is how often each resource's cache compares
 	// itself with etcd; 0 turns the check off.
 	ConsistencyCheckInterval time.Duration
+	// WarmStartRevisions is how far back, in etcd revisions, each cache
+	// fills its history from etcd when it starts; 0 starts with an empty history.
+	WarmStartRevisions int64
 	// Sizes are --watch-cache-sizes, parsed. As upstream, a size of 0 turns
 	// the cache off for that resource and any other size is ignored: the
 	// event log sizes itself.
@@ -43,9 +46,13 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 	if !o.Enabled {
 		return generic.UndecoratedStorage
 	}
-	checkInterval := o.ConsistencyCheckInterval
+	// 0 means off on the command line and "the default" in Config.
+	checkInterval, warmStart := o.ConsistencyCheckInterval, o.WarmStartRevisions
 	if checkInterval == 0 {
-		checkInterval = -1 // Config's "off"
+		checkInterval = -1
+	}
+	if warmStart == 0 {
+		warmStart = -1
 	}
 	cached := cacher.StorageDecorator(cacher.Config{
 		// Idle resources' bookmarks then carry fresh resourceVersions even
@@ -53,6 +60,7 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 		PeriodicProgressRequests: true,
 		ConsistentReadFallback:   o.ConsistentReadFallback,
 		ConsistencyCheckInterval: checkInterval,
+		WarmStartRevisions:       warmStart,
 	})
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string,
 		keyFunc func(runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object,

@@ -16,9 +16,10 @@ type scenario struct {
 	serverMembers []int
 	// fault injects the fault and returns once it has healed.
 	fault func(ctx context.Context, e *env) error
-	// clientsResume marks the scenarios where streams may end and clients
-	// re-list even against our server: our own restart.
-	clientsResume bool
+	// serverGoes marks the scenarios where the server itself goes away, so
+	// that even against ours streams end, closed, and resume: its restart.
+	// They must resume without a 410 or a re-list all the same.
+	serverGoes bool
 }
 
 // scenarios are every fault of the issue, in its order.
@@ -34,7 +35,7 @@ var scenarios = []scenario{
 	{name: "connection reset", fault: func(_ context.Context, e *env) error { e.proxies[0].reset(); return nil }},
 	{name: "compaction every 100ms", fault: compaction},
 	{name: "defragment", fault: defragment},
-	{name: "server restart", fault: serverRestart, clientsResume: true},
+	{name: "server restart", fault: serverRestart, serverGoes: true},
 	{name: "stalled client", fault: stalledClient},
 }
 

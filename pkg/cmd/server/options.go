@@ -76,6 +76,9 @@ type Options struct {
 	// ConsistencyCheckInterval is how often each resource's watch cache
 	// compares itself with etcd; 0 turns the check off.
 	ConsistencyCheckInterval time.Duration
+	// WarmStartRevisions is how far back, in etcd revisions, each watch
+	// cache fills its history from etcd when it starts; 0 starts empty.
+	WarmStartRevisions int64
 
 	// Out receives the startup banner.
 	Out io.Writer
@@ -101,6 +104,7 @@ func NewOptions(out io.Writer) *Options {
 		Out:          out,
 
 		ConsistencyCheckInterval: cacher.DefaultConsistencyCheckInterval,
+		WarmStartRevisions:       cacher.DefaultWarmStartRevisions,
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1beta1.SchemeGroupVersion, schema.GroupKind{Group: fleet.GroupName})
@@ -129,6 +133,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ConsistencyCheckInterval, "watch-cache-consistency-check-interval", o.ConsistencyCheckInterval,
 		"How often each resource's watch cache compares its keys and resourceVersions with etcd's, read keys-only, "+
 			"and re-lists when they differ (each wait jittered up to 1.5x). 0 turns the check off.")
+	fs.Int64Var(&o.WarmStartRevisions, "watch-cache-warm-start-revisions", o.WarmStartRevisions,
+		"How many etcd revisions back each watch cache reaches when it starts, to fill its history from etcd's, so "+
+			"that clients resuming from a resourceVersion older than the start get events instead of 410. etcd's "+
+			"compaction bounds it too. 0 starts with an empty history, as upstream's cache does.")
 	o.Recommended.AddFlags(fs)
 	o.ServerRun.AddUniversalFlags(fs)
 	o.EmbeddedEtcd.AddFlags(fs)
@@ -179,6 +187,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ConsistencyCheckInterval < 0 {
 		errs = append(errs, fmt.Errorf("--watch-cache-consistency-check-interval must be 0 (off) or positive, not %v", o.ConsistencyCheckInterval))
+	}
+	if o.WarmStartRevisions < 0 {
+		errs = append(errs, fmt.Errorf("--watch-cache-warm-start-revisions must be 0 (off) or positive, not %d", o.WarmStartRevisions))
 	}
 	errs = append(errs, o.ServerRun.Validate()...)
 	errs = append(errs, o.EmbeddedEtcd.Validate()...)
@@ -239,6 +250,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		Enabled:                  o.Recommended.Etcd.EnableWatchCache,
 		ConsistentReadFallback:   o.ConsistentReadFallback,
 		ConsistencyCheckInterval: o.ConsistencyCheckInterval,
+		WarmStartRevisions:       o.WarmStartRevisions,
 		Sizes:                    sizes,
 	})
 	if o.StorageDecoratorOverride != nil {

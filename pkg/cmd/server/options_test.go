@@ -30,6 +30,9 @@ func TestValidate(t *testing.T) {
 		{name: "consistency check off", args: []string{"--watch-cache-consistency-check-interval=0"}},
 		{name: "negative consistency check interval", args: []string{"--watch-cache-consistency-check-interval=-1m"},
 			wantErr: "--watch-cache-consistency-check-interval must be 0 (off) or positive, not -1m0s"},
+		{name: "cold start", args: []string{"--watch-cache-warm-start-revisions=0"}},
+		{name: "negative warm start", args: []string{"--watch-cache-warm-start-revisions=-5"},
+			wantErr: "--watch-cache-warm-start-revisions must be 0 (off) or positive, not -5"},
 		{name: "negative size", args: []string{"--watch-cache-sizes=assignments.fleet.example.com#-1"},
 			wantErr: "--watch-cache-sizes: watch cache size cannot be negative"},
 	} {

@@ -33,6 +33,9 @@ const (
 	// with etcd, as upstream's DetectCacheInconsistency: about the default
 	// compaction interval, far above list latencies.
 	DefaultConsistencyCheckInterval = 5 * time.Minute
+	// DefaultWarmStartRevisions is how far back a warm start replays etcd's
+	// history: about 75 s, the history window, at 130 writes a second.
+	DefaultWarmStartRevisions = 10_000
 	// DefaultWatcherBuffer is each watcher's channel size. Small, because a
 	// full channel parks the watcher instead of losing events, and an idle
 	// watcher's cost is mostly this buffer. 10 is what upstream's
@@ -99,6 +102,11 @@ type Config struct {
 	// ready or too slow to catch up, instead of answering 429. Off by
 	// default: under load the fallback cascades into etcd (kubernetes#138494).
 	ConsistentReadFallback bool
+	// WarmStartRevisions is how many etcd revisions back the first list,
+	// and a re-list after compaction, reach to fill the event log from
+	// etcd's history; see warm_start.go. Negative starts cold, with an
+	// empty log. Default DefaultWarmStartRevisions.
+	WarmStartRevisions int64
 	// WatcherBuffer is the size of each watcher's channel.
 	WatcherBuffer int
 	// Clock drives bookmarks and waits. Default: the real clock.
@@ -131,6 +139,7 @@ func (c *Config) complete() error {
 	setDefault(&c.ProgressRequestInterval, DefaultProgressRequestInterval)
 	setDefault(&c.WatcherBuffer, DefaultWatcherBuffer)
 	setDefault(&c.ConsistencyCheckInterval, DefaultConsistencyCheckInterval)
+	setDefault(&c.WarmStartRevisions, DefaultWarmStartRevisions)
 	if c.MaxHistorySize < c.MinHistorySize {
 		c.MaxHistorySize = c.MinHistorySize
 	}

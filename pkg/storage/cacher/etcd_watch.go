@@ -102,15 +102,27 @@ var errRelistRequested = errors.New("the consistency check found the cache diffe
 
 // follow keeps the cache on etcd's stream of changes from rv on: it
 // watches, and whenever the watch ends without losing history it watches
-// again from the head. It returns only when the cache must re-list, or ctx ends.
-func (c *Cacher) follow(ctx context.Context, rv uint64) watchEnd {
+// again from the head. It calls ready once the head reaches readyAt. It
+// returns only when the cache must re-list, or ctx ends.
+func (c *Cacher) follow(ctx context.Context, rv uint64, ready func(), readyAt uint64) watchEnd {
 	backoff := c.rewatchBackoff()
+	isReady := false
+	checkReady := func() {
+		if _, head := c.log.bounds(); !isReady && head >= readyAt {
+			isReady = true
+			ready()
+		}
+	}
+	checkReady()
 	for {
 		progressed := false
 		end := c.watch(ctx, rv, func() {
 			if !progressed {
 				progressed = true
 				c.outage.restored()
+			}
+			if !isReady {
+				checkReady()
 			}
 		})
 		if ctx.Err() != nil {

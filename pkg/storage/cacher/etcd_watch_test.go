@@ -27,6 +27,8 @@ type faultyStore struct {
 	storage.Interface
 	// currentRevErr, when set, fails GetCurrentResourceVersion.
 	currentRevErr atomic.Pointer[error]
+	// startSilent makes every new watch silent from its start.
+	startSilent atomic.Bool
 
 	// mu guards watches.
 	mu      sync.Mutex
@@ -39,6 +41,7 @@ func (s *faultyStore) Watch(ctx context.Context, key string, opts storage.ListOp
 		return nil, err
 	}
 	w := &faultyWatch{inner: inner, ch: make(chan watch.Event), fail: make(chan *watch.Event, 1), done: make(chan struct{})}
+	w.silent.Store(s.startSilent.Load())
 	go w.forward()
 	s.mu.Lock()
 	defer s.mu.Unlock()

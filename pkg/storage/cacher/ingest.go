@@ -3,9 +3,12 @@ package cacher
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,22 +29,24 @@ const (
 
 // run lists, then follows the underlying store until ctx ends. It lists
 // again only when following cannot go on without losing events: see follow.
+// The first list, and a re-list after compaction, start warm: see warm_start.go.
 func (c *Cacher) run(ctx context.Context) {
 	defer close(c.done)
 	delay := minRetryDelay
+	warm := true
 	for ctx.Err() == nil {
 		start := c.cfg.Clock.Now()
-		rv, err := c.list(ctx)
+		rv, target, err := c.list(ctx, warm)
 		var end watchEnd
 		if err != nil {
 			c.metrics.initErrors.Inc()
-			end = watchEnd{reason: endUnavailable, relist: true, err: err}
 		} else {
 			c.metrics.initializations.Inc()
-			c.metrics.initDuration.Observe(c.cfg.Clock.Since(start).Seconds())
-			c.ready.set(ready)
 			delay = minRetryDelay
-			end = c.follow(ctx, rv)
+			end = c.follow(ctx, rv, func() {
+				c.ready.set(ready)
+				c.metrics.initDuration.Observe(c.cfg.Clock.Since(start).Seconds())
+			}, target)
 		}
 		if ctx.Err() != nil {
 			return
@@ -52,6 +57,9 @@ func (c *Cacher) run(ctx context.Context) {
 			c.d.endAll(fmt.Sprintf("the watch cache for %s must list again (%v)", c.cfg.GroupResource, end))
 			klog.InfoS("Watch cache is re-listing", "resource", c.cfg.GroupResource, "reason", end.reason, "err", end.err)
 		}
+		// After a compaction the history since it is sound; after an
+		// unreadable event or a failed check it may hold the cause.
+		warm = err == nil && end.reason == endCompacted
 		select {
 		case <-ctx.Done():
 			return
@@ -61,28 +69,51 @@ func (c *Cacher) run(ctx context.Context) {
 	}
 }
 
-// list reads every object with a consistent read and installs them. Every
-// open watcher ends: events between its position and the list are unknown.
-func (c *Cacher) list(ctx context.Context) (uint64, error) {
+// list reads every object and installs them, ending every open watcher:
+// events between its position and the list are unknown. A cold list reads
+// the current state, at rv = target. A warm one reads the state at an older
+// revision rv and returns etcd's current revision as target: the cache
+// replays the history in between before it is ready.
+func (c *Cacher) list(ctx context.Context, warm bool) (rv, target uint64, err error) {
 	// This list answers any re-list the consistency check asked for.
 	select {
 	case <-c.relistRequests:
 	default:
 	}
+	var from uint64
+	if warm {
+		if from, target, err = c.warmStart(ctx); err != nil {
+			return 0, 0, err
+		}
+	}
+	objs, rv, err := c.listAt(ctx, from)
+	if from > 0 && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) {
+		// etcd compacted from away since it was chosen: start cold.
+		objs, rv, err = c.listAt(ctx, 0)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	c.d.reset(objs, rv)
+	return rv, max(rv, target), nil
+}
+
+// listAt reads every object at revision rev, or at the current one for 0.
+func (c *Cacher) listAt(ctx context.Context, rev uint64) ([]*object, uint64, error) {
 	var objs []*object
 	var rv uint64
-	continueToken := ""
+	opts := storage.ListOptions{
+		Recursive: true,
+		Predicate: storage.SelectionPredicate{Label: labels.Everything(), Field: fields.Everything(), Limit: listPageSize},
+	}
+	if rev > 0 {
+		opts.ResourceVersion = strconv.FormatUint(rev, 10)
+		opts.ResourceVersionMatch = metav1.ResourceVersionMatchExact
+	}
 	for {
 		list := c.cfg.NewListFunc()
-		opts := storage.ListOptions{
-			Recursive: true,
-			Predicate: storage.SelectionPredicate{
-				Label: labels.Everything(), Field: fields.Everything(),
-				Limit: listPageSize, Continue: continueToken,
-			},
-		}
 		if err := c.cfg.Storage.GetList(ctx, c.cfg.ResourcePrefix, opts, list); err != nil {
-			return 0, fmt.Errorf("listing %s: %w", c.cfg.GroupResource, err)
+			return nil, 0, fmt.Errorf("listing %s: %w", c.cfg.GroupResource, err)
 		}
 		err := meta.EachListItem(list, func(item runtime.Object) error {
 			o, err := c.newObject(item)
@@ -92,21 +123,21 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 			return err
 		})
 		if err != nil {
-			return 0, err
+			return nil, 0, err
 		}
 		lm, err := meta.ListAccessor(list)
 		if err != nil {
-			return 0, err
+			return nil, 0, err
 		}
 		if rv, err = c.cfg.Versioner.ParseResourceVersion(lm.GetResourceVersion()); err != nil {
-			return 0, err
+			return nil, 0, err
 		}
-		if continueToken = lm.GetContinue(); continueToken == "" {
-			break
+		if opts.Predicate.Continue = lm.GetContinue(); opts.Predicate.Continue == "" {
+			return objs, rv, nil
 		}
+		// Continue tokens carry their revision.
+		opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
 	}
-	c.d.reset(objs, rv)
-	return rv, nil
 }
 
 // ingest turns one etcd event into a cached event.

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
@@ -84,18 +86,24 @@ type env struct {
 	cluster *cluster
 	// proxies stand between the server and each member.
 	proxies []*proxy
-	// serverMembers are the members the server's --etcd-servers lists.
+	// serverMembers are the members each server's --etcd-servers lists.
 	serverMembers []int
-	server        *apiServer
-	client        versioned.Interface
-	truth         *truth
-	writer        *writer
-	lists         *listLog
-	streams       []*stream
-	probes        []*stream
-	informers     []*informer
+	// servers are the API server replicas; balancer spreads connections
+	// over them when there are several.
+	servers  []*apiServer
+	balancer *balancer
+	// client is the writer's, lister's and final checks' client.
+	client    versioned.Interface
+	truth     *truth
+	writer    *writer
+	lists     *listLog
+	streams   []*stream
+	probes    []*stream
+	informers []*informer
 	// oldRV is a resourceVersion from before the traffic, for probes.
 	oldRV int64
+	// clientsTo is the replica the watch clients use, or viaBalancer.
+	clientsTo int
 
 	clientCtx context.Context
 	clientWG  sync.WaitGroup
@@ -113,7 +121,7 @@ func (e *env) notef(format string, args ...any) {
 
 // startProbe opens a probe watch from the old resourceVersion.
 func (e *env) startProbe(n int) {
-	s := newStream(watchSpec{name: fmt.Sprintf("probe-%d", n), probeFrom: e.oldRV}, e.client, e.lists, e.writer.acked.Load)
+	s := newStream(watchSpec{name: fmt.Sprintf("probe-%d", n), probeFrom: e.oldRV}, e.newClient(e.clientsTo), e.lists, e.writer.acked.Load)
 	e.probesMu.Lock()
 	e.probes = append(e.probes, s)
 	e.probesMu.Unlock()
@@ -139,15 +147,42 @@ func (e *env) waitWrites(ctx context.Context, n int, timeout time.Duration) erro
 	})
 }
 
-// streamSpecs are the raw watch clients of a run: 50 streams over every
-// kind of selector the agents and controllers use, with and without
+// viaBalancer, as a scenario's clientsTo or writerTo, sends clients
+// through the balancer rather than to one replica.
+const viaBalancer = -1
+
+// newClient returns a client of replica target, or of the balancer, with a
+// connection of its own: client-go shares one HTTP/2 connection per
+// transport, and a balancer spreads connections, not requests.
+func (e *env) newClient(target int) versioned.Interface {
+	cfg := rest.CopyConfig(e.servers[0].config)
+	if target == viaBalancer && e.balancer != nil {
+		cfg.Host = "https://" + e.balancer.addr()
+	} else {
+		cfg.Host = e.servers[max(target, 0)].config.Host
+	}
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	cfg.Dial = dialer.DialContext // a distinct dialer is a distinct transport
+	return versioned.NewForConfigOrDie(cfg)
+}
+
+// streamSpecs are the raw watch clients of a run: in each 50, streams over
+// every kind of selector the agents and controllers use, with and without
 // bookmarks, ten of them syncing by watch-list.
-func streamSpecs() []watchSpec {
+func streamSpecs(n int) []watchSpec {
+	var specs []watchSpec
+	for len(specs) < n {
+		specs = append(specs, fiftyStreams(len(specs))...)
+	}
+	return specs[:n]
+}
+
+func fiftyStreams(first int) []watchSpec {
 	var specs []watchSpec
 	add := func(n int, sel selector, watchList bool) {
 		for i := 0; i < n; i++ {
 			specs = append(specs, watchSpec{
-				name: fmt.Sprintf("w%02d %s", len(specs), sel), sel: sel,
+				name: fmt.Sprintf("w%03d %s", first+len(specs), sel), sel: sel,
 				bookmarks: watchList || i%2 == 0, watchList: watchList,
 			})
 		}
@@ -179,7 +214,7 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 	if injected != "" {
 		r.server = impl + " (" + injected + " injected)"
 	}
-	e := &env{tb: t, dir: t.TempDir(), serverMembers: sc.serverMembers}
+	e := &env{tb: t, dir: t.TempDir(), serverMembers: sc.serverMembers, clientsTo: sc.clientsTo}
 	members := sc.members
 	if members == 0 {
 		members = 1
@@ -188,6 +223,7 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 		e.serverMembers = []int{0}
 	}
 	e.cluster = startCluster(t, bins.etcd, filepath.Join(e.dir, "etcd"), members)
+	var err error
 	var serverURLs []string
 	for i, m := range e.cluster.members {
 		p, err := newProxy(fmt.Sprintf("127.0.0.1:%d", m.ClientPort))
@@ -209,20 +245,39 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 	case injected != "":
 		bin, envVars = bins.oursFaulty, []string{"CACHED_APISERVER_TEST_FAULT=" + injected}
 	}
-	e.server = startServer(t, impl, bin, filepath.Join(e.dir, "server"), serverURLs, envVars)
+	replicas := max(sc.replicas, 1)
+	var addrs []string
+	for i := 0; i < replicas; i++ {
+		pki := ""
+		if i > 0 {
+			// Replicas share the CA, serving certificate and admin client
+			// certificate, as a Deployment's pods share their Secret.
+			pki = filepath.Join(e.dir, "server-0", "pki")
+		}
+		s := startServer(t, impl, bin, filepath.Join(e.dir, fmt.Sprintf("server-%d", i)), serverURLs, envVars, pki)
+		e.servers = append(e.servers, s)
+		addrs = append(addrs, strings.TrimPrefix(s.config.Host, "https://"))
+	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the server's log ends:\n%s", tail(e.server.proc.logPath, 40))
+			for _, s := range e.servers {
+				t.Logf("%s's log ends:\n%s", s.proc.name, tail(s.proc.logPath, 40))
+			}
 		}
 	})
-	e.client = versioned.NewForConfigOrDie(e.server.config)
+	if replicas > 1 {
+		if e.balancer, err = newBalancer(addrs); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.balancer.close)
+	}
+	e.client = e.newClient(sc.writerTo)
 
 	e.writer = newWriter(e.client, 1)
 	if err := e.writer.populate(ctx, populated); err != nil {
 		t.Fatalf("populating: %v", err)
 	}
 	e.oldRV = e.writer.acked.Load()
-	var err error
 	if e.truth, err = startTruth(ctx, e.cluster.truthClient); err != nil {
 		t.Fatal(err)
 	}
@@ -232,8 +287,12 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 	defer stopClients()
 	e.clientCtx = clientCtx
 	e.lists = newListLog()
-	for _, spec := range streamSpecs() {
-		s := newStream(spec, e.client, e.lists, e.writer.acked.Load)
+	clients := make([]versioned.Interface, 10)
+	for i := range clients {
+		clients[i] = e.newClient(sc.clientsTo)
+	}
+	for i, spec := range streamSpecs(max(sc.streams, 50)) {
+		s := newStream(spec, clients[i%len(clients)], e.lists, e.writer.acked.Load)
 		e.streams = append(e.streams, s)
 		e.clientWG.Add(1)
 		go func() {
@@ -241,7 +300,8 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 			s.run(clientCtx)
 		}()
 	}
-	e.informers = []*informer{newInformer("informer (list)", e.client, false), newInformer("informer (watch-list)", e.client, true)}
+	e.informers = []*informer{newInformer("informer (list)", e.newClient(sc.clientsTo), false),
+		newInformer("informer (watch-list)", e.newClient(sc.clientsTo), true)}
 	for _, inf := range e.informers {
 		if !inf.start(clientCtx) {
 			t.Fatalf("%s never synced", inf.name)
@@ -265,7 +325,8 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 	var trafficWG sync.WaitGroup
 	trafficWG.Add(2)
 	go func() { defer trafficWG.Done(); e.writer.run(trafficCtx, writeRate) }()
-	go func() { defer trafficWG.Done(); lister(trafficCtx, e.client, e.lists, e.writer.acked.Load) }()
+	lists := e.newClient(sc.clientsTo)
+	go func() { defer trafficWG.Done(); lister(trafficCtx, lists, e.lists, e.writer.acked.Load) }()
 
 	if err := e.waitWrites(ctx, populated+minWritesBeforeFault, 30*time.Second); err != nil {
 		t.Fatalf("invalid run: only %d writes went through before the fault", e.writer.succeeded()-populated)
@@ -285,7 +346,7 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 				return
 			case <-tick.C:
 				// ctx, not faultCtx: the fault's end must not cancel a probe in flight.
-				unready = unready || e.server.readyz(ctx) != 200
+				unready = unready || e.servers[0].readyz(ctx) != 200
 			}
 		}
 	}()
@@ -449,19 +510,25 @@ func (e *env) validate(r *result) {
 	e.writer.mu.Unlock()
 }
 
-// serverMetrics reads the server's cache re-lists and failed consistency checks.
+// serverMetrics reads the servers' cache re-lists, re-watches and failed
+// consistency checks, summed over the replicas still running.
 func (e *env) serverMetrics(ctx context.Context, r *result) {
-	inits, err := e.server.metric(ctx, "apiserver_watch_cache_initializations_total", `resource="assignments"`)
-	if err != nil {
-		r.notef("reading metrics: %v", err)
-		return
-	}
-	r.cacheRelists = max(int(inits)-1, 0)
-	failed, _ := e.server.metric(ctx, "apiserver_storage_consistency_checks_total", `resource="assignments"`, `status="failure"`)
-	r.checksFailed = int(failed)
-	if e.server.impl == ours {
-		rewatches, _ := e.server.metric(ctx, "cached_apiserver_watch_cache_etcd_watch_restarts_total", `resource="assignments"`)
-		r.cacheRewatches = int(rewatches)
+	for _, s := range e.servers {
+		if !s.proc.running() {
+			continue
+		}
+		inits, err := s.metric(ctx, "apiserver_watch_cache_initializations_total", `resource="assignments"`)
+		if err != nil {
+			r.notef("reading %s's metrics: %v", s.proc.name, err)
+			continue
+		}
+		r.cacheRelists += max(int(inits)-1, 0)
+		failed, _ := s.metric(ctx, "apiserver_storage_consistency_checks_total", `resource="assignments"`, `status="failure"`)
+		r.checksFailed += int(failed)
+		if s.impl == ours {
+			rewatches, _ := s.metric(ctx, "cached_apiserver_watch_cache_etcd_watch_restarts_total", `resource="assignments"`)
+			r.cacheRewatches += int(rewatches)
+		}
 	}
 }
 

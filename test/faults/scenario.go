@@ -16,6 +16,14 @@ type scenario struct {
 	serverMembers []int
 	// fault injects the fault and returns once it has healed.
 	fault func(ctx context.Context, e *env) error
+	// replicas is how many API servers run; 0 means 1. With several, a
+	// balancer spreads the clients' connections over them.
+	replicas int
+	// streams is how many raw watches run; 0 means 50.
+	streams int
+	// clientsTo and writerTo are the replica the watch clients and the
+	// writer use, or viaBalancer.
+	clientsTo, writerTo int
 	// serverGoes marks the scenarios where the server itself goes away, so
 	// that even against ours streams end, closed, and resume: its restart.
 	// They must resume without a 410 or a re-list all the same.
@@ -37,6 +45,14 @@ var scenarios = []scenario{
 	{name: "defragment", fault: defragment},
 	{name: "server restart", fault: serverRestart, serverGoes: true},
 	{name: "stalled client", fault: stalledClient},
+
+	// Replicas over a 3-member cluster, every server listing every member.
+	{name: "replica killed", members: 3, serverMembers: []int{0, 1, 2}, replicas: 2,
+		clientsTo: viaBalancer, writerTo: viaBalancer, fault: killReplica, serverGoes: true},
+	{name: "rolling restart, 500 watches", members: 3, serverMembers: []int{0, 1, 2}, replicas: 3, streams: 500,
+		clientsTo: viaBalancer, writerTo: viaBalancer, fault: rollingRestart, serverGoes: true},
+	{name: "replica restart, writes through another", members: 3, serverMembers: []int{0, 1, 2}, replicas: 2,
+		clientsTo: 0, writerTo: 1, fault: serverRestart, serverGoes: true},
 }
 
 func scenarioNamed(name string) scenario {
@@ -171,12 +187,33 @@ func defragment(ctx context.Context, e *env) error {
 func serverRestart(ctx context.Context, e *env) error {
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return e.server.restart(rctx)
+	return e.servers[0].restart(rctx)
 }
 
 // stalledClient makes one stream stop reading for 5 s.
 func stalledClient(ctx context.Context, e *env) error {
 	e.streams[0].pause(5 * time.Second)
 	hold(ctx, 5*time.Second)
+	return nil
+}
+
+// killReplica SIGKILLs the first replica for good: its clients go on
+// through the balancer to the other one.
+func killReplica(_ context.Context, e *env) error {
+	e.servers[0].proc.kill()
+	return nil
+}
+
+// rollingRestart restarts every replica in turn, each once the one before
+// is ready again, as a Deployment's rolling update does.
+func rollingRestart(ctx context.Context, e *env) error {
+	for _, s := range e.servers {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		err := s.restart(rctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }

@@ -43,9 +43,15 @@ type apiServer struct {
 }
 
 // startServer runs bin over etcdServers and waits until it is ready. env
-// goes to the process, as the fault-injection build's fault.
-func startServer(tb testing.TB, impl, bin, dir string, etcdServers []string, env []string) *apiServer {
+// goes to the process, as the fault-injection build's fault. With pki, the
+// server uses a copy of that directory's certificates instead of its own.
+func startServer(tb testing.TB, impl, bin, dir string, etcdServers []string, env []string, pki string) *apiServer {
 	tb.Helper()
+	if pki != "" {
+		if err := os.CopyFS(filepath.Join(dir, "pki"), os.DirFS(pki)); err != nil {
+			tb.Fatal(err)
+		}
+	}
 	port, err := loopbacketcd.FreePort()
 	if err != nil {
 		tb.Fatal(err)
@@ -62,7 +68,7 @@ func startServer(tb testing.TB, impl, bin, dir string, etcdServers []string, env
 		tb.Fatal(err)
 	}
 	s := &apiServer{impl: impl}
-	s.proc = startProcess(tb, impl, filepath.Join(dir, "server.log"), bin, env, args...)
+	s.proc = startProcess(tb, impl+"-"+filepath.Base(dir), filepath.Join(dir, "server.log"), bin, env, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := s.waitReady(ctx, filepath.Join(dir, "kubeconfig")); err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"reflect"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,6 +36,8 @@ type Cacher struct {
 	etcdAnswered chan struct{}
 	// outage tracks time without an etcd watch; only the ingest loop uses it.
 	outage outage
+	// backfill is the latest warm start's history fill, if any.
+	backfill atomic.Pointer[backfill]
 
 	stop context.CancelFunc
 	// done is closed when the ingest loop has exited.
@@ -110,10 +113,14 @@ func (c *Cacher) tick(ctx context.Context) {
 }
 
 // requestProgress asks etcd for a progress notification on the cache's
-// watch. It gives up after an interval: a stalled connection must not stall
-// the caller, and the silence check asks again.
-func (c *Cacher) requestProgress() {
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ProgressRequestInterval)
+// watch, giving up after a progress request interval.
+func (c *Cacher) requestProgress() { c.requestProgressWithin(c.cfg.ProgressRequestInterval) }
+
+// requestProgressWithin asks etcd for a progress notification on the
+// cache's watch, giving up after timeout: a stalled connection must not
+// stall the caller.
+func (c *Cacher) requestProgressWithin(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := c.cfg.Storage.RequestWatchProgress(ctx); err != nil {
 		klog.V(4).InfoS("Requesting watch progress failed", "resource", c.cfg.GroupResource, "err", err)
@@ -288,6 +295,10 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	case rv == 0:
 		// sendInitialEvents=false with no resourceVersion: from now on.
 		atHead = true
+	default:
+		// Resuming from rv: right after a start, the history before the
+		// first list may still be filling in.
+		c.waitForBackfill(ctx, rv)
 	}
 	wi, err := c.d.register(w, withInit, endBookmark, atHead, rv)
 	if err != nil {

@@ -167,6 +167,14 @@ func (d *dispatcher) reset(objs []*object, rv uint64) {
 	d.notifyHeadLocked()
 }
 
+// prependHistory puts a backfill's events in front of the log; see
+// eventLog.prepend.
+func (d *dispatcher) prependHistory(events []*event, from, upTo, generation uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.log.prepend(events, from, upTo, generation)
+}
+
 // endAll ends every watcher after the cache lost its etcd watch. Each
 // gets a 410 if its channel has room, and its channel closes either way:
 // its position can no longer be served, and its client must re-establish.

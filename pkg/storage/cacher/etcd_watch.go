@@ -102,27 +102,15 @@ var errRelistRequested = errors.New("the consistency check found the cache diffe
 
 // follow keeps the cache on etcd's stream of changes from rv on: it
 // watches, and whenever the watch ends without losing history it watches
-// again from the head. It calls ready once the head reaches readyAt. It
-// returns only when the cache must re-list, or ctx ends.
-func (c *Cacher) follow(ctx context.Context, rv uint64, ready func(), readyAt uint64) watchEnd {
+// again from the head. It returns only when the cache must re-list, or ctx ends.
+func (c *Cacher) follow(ctx context.Context, rv uint64) watchEnd {
 	backoff := c.rewatchBackoff()
-	isReady := false
-	checkReady := func() {
-		if _, head := c.log.bounds(); !isReady && head >= readyAt {
-			isReady = true
-			ready()
-		}
-	}
-	checkReady()
 	for {
 		progressed := false
-		end := c.watch(ctx, rv, func() {
+		end := c.watch(ctx, rv, func(watch.Event) {
 			if !progressed {
 				progressed = true
 				c.outage.restored()
-			}
-			if !isReady {
-				checkReady()
 			}
 		})
 		if ctx.Err() != nil {
@@ -186,7 +174,14 @@ func (c *Cacher) rewatchBackoff() *wait.Backoff {
 
 // watch follows etcd from rv until the watch ends, and says why it ended.
 // alive is called on every event and progress notification.
-func (c *Cacher) watch(ctx context.Context, rv uint64, alive func()) watchEnd {
+func (c *Cacher) watch(ctx context.Context, rv uint64, alive func(watch.Event)) watchEnd {
+	return c.watchWith(ctx, rv, c.relistRequests, c.handle, alive)
+}
+
+// watchWith follows etcd from rv, passing every event to handle, until the
+// watch or handle ends it, or a re-list is requested on relist.
+func (c *Cacher) watchWith(ctx context.Context, rv uint64, relist <-chan string,
+	handle func(watch.Event) (watchEnd, bool), alive func(watch.Event)) watchEnd {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := c.cfg.Storage.Watch(wctx, c.cfg.ResourcePrefix, storage.ListOptions{
@@ -203,8 +198,9 @@ func (c *Cacher) watch(ctx context.Context, rv uint64, alive func()) watchEnd {
 	defer w.Stop()
 	// A progress notification proves the new watch is live, so that
 	// the outage ends as soon as etcd answers, not with the next write.
-	// Asking may block on a stalled connection; the loop must not.
-	go c.requestProgress()
+	// Asking only queues a request on the watch's stream; on a stalled
+	// connection it gives up after a second, and the silence check asks again.
+	c.requestProgressWithin(time.Second)
 
 	interval := c.cfg.ProgressRequestInterval
 	silence := c.cfg.Clock.NewTicker(interval)
@@ -214,7 +210,7 @@ func (c *Cacher) watch(ctx context.Context, rv uint64, alive func()) watchEnd {
 		select {
 		case <-ctx.Done():
 			return watchEnd{reason: endClosed, err: ctx.Err()}
-		case reason := <-c.relistRequests:
+		case reason := <-relist:
 			return watchEnd{reason: reason, relist: true, err: errRelistRequested}
 		case <-silence.C():
 			switch {
@@ -222,7 +218,7 @@ func (c *Cacher) watch(ctx context.Context, rv uint64, alive func()) watchEnd {
 				heard, asked = false, false
 			case !asked:
 				asked = true
-				go c.requestProgress()
+				c.requestProgressWithin(time.Second)
 			default:
 				return watchEnd{reason: endSilent, err: fmt.Errorf("no event or progress notification from etcd for %v", 2*interval)}
 			}
@@ -231,10 +227,10 @@ func (c *Cacher) watch(ctx context.Context, rv uint64, alive func()) watchEnd {
 				return watchEnd{reason: endClosed, err: fmt.Errorf("the etcd watch of %s closed", c.cfg.GroupResource)}
 			}
 			heard = true
-			if end, stop := c.handle(ev); stop {
+			if end, stop := handle(ev); stop {
 				return end
 			}
-			alive()
+			alive(ev)
 		}
 	}
 }

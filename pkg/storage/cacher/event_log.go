@@ -29,6 +29,11 @@ type eventLog struct {
 	// head is the newest resourceVersion the log knows of, from an event
 	// or a progress notification.
 	head uint64
+	// generation counts resets, and trimmed whether events were dropped
+	// since the last one: a backfill may only fill a log that kept
+	// everything since it started.
+	generation uint64
+	trimmed    bool
 }
 
 func newEventLog(window time.Duration, minSize, maxSize int) *eventLog {
@@ -42,6 +47,53 @@ func (l *eventLog) reset(rv uint64) {
 	l.ring = make([]*event, l.minSize)
 	l.start, l.n = 0, 0
 	l.since, l.head = rv, rv
+	l.generation++
+	l.trimmed = false
+}
+
+// resets returns how many times the log was reset.
+func (l *eventLog) resets() uint64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.generation
+}
+
+// prepend puts older history in front of the log: events, in order, after
+// from and up to upTo, the revision the log was reset at generation. The
+// log is then complete from from, or from the newest event that did not
+// fit. It fails, changing nothing, if the log was reset or trimmed since.
+func (l *eventLog) prepend(events []*event, from, upTo, generation uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.generation != generation || l.trimmed || (l.n > 0 && l.ring[l.start].rv <= upTo) {
+		return false
+	}
+	size := len(l.ring)
+	for size < len(events)+l.n && size < l.maxSize {
+		size *= 2
+	}
+	size = min(size, l.maxSize)
+	drop := len(events) + l.n - size
+	if drop > len(events) {
+		return false
+	}
+	ring := make([]*event, size)
+	n := 0
+	since := from
+	if drop > 0 {
+		since = events[drop-1].rv
+		events = events[drop:]
+	}
+	for _, e := range events {
+		ring[n] = e
+		n++
+	}
+	for i := 0; i < l.n; i++ {
+		ring[n] = l.ring[(l.start+i)%len(l.ring)]
+		n++
+	}
+	l.ring, l.start, l.n, l.since = ring, 0, n, since
+	return true
 }
 
 // append adds an event, which must be newer than head.
@@ -84,6 +136,7 @@ func (l *eventLog) makeRoomLocked(now time.Time) {
 }
 
 func (l *eventLog) dropOldestLocked() {
+	l.trimmed = true
 	oldest := l.ring[l.start]
 	l.ring[l.start] = nil
 	l.start = (l.start + 1) % len(l.ring)
@@ -174,5 +227,7 @@ func (l *eventLog) dropUpTo(rv uint64) {
 	for l.n > 0 && l.ring[l.start].rv <= rv {
 		l.dropOldestLocked()
 	}
-	l.since = max(l.since, rv)
+	if rv > l.since {
+		l.since, l.trimmed = rv, true
+	}
 }

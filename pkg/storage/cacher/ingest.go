@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -29,24 +28,28 @@ const (
 
 // run lists, then follows the underlying store until ctx ends. It lists
 // again only when following cannot go on without losing events: see follow.
-// The first list, and a re-list after compaction, start warm: see warm_start.go.
+// The first list, and a re-list after compaction, start warm: see backfill.go.
 func (c *Cacher) run(ctx context.Context) {
 	defer close(c.done)
 	delay := minRetryDelay
 	warm := true
 	for ctx.Err() == nil {
 		start := c.cfg.Clock.Now()
-		rv, target, err := c.list(ctx, warm)
+		rv, err := c.list(ctx)
 		var end watchEnd
 		if err != nil {
 			c.metrics.initErrors.Inc()
 		} else {
 			c.metrics.initializations.Inc()
+			c.metrics.initDuration.Observe(c.cfg.Clock.Since(start).Seconds())
+			c.ready.set(ready)
 			delay = minRetryDelay
-			end = c.follow(ctx, rv, func() {
-				c.ready.set(ready)
-				c.metrics.initDuration.Observe(c.cfg.Clock.Since(start).Seconds())
-			}, target)
+			listCtx, cancel := context.WithCancel(ctx)
+			if warm {
+				c.startBackfill(listCtx, rv)
+			}
+			end = c.follow(listCtx, rv)
+			cancel()
 		}
 		if ctx.Err() != nil {
 			return
@@ -69,33 +72,21 @@ func (c *Cacher) run(ctx context.Context) {
 	}
 }
 
-// list reads every object and installs them, ending every open watcher:
-// events between its position and the list are unknown. A cold list reads
-// the current state, at rv = target. A warm one reads the state at an older
-// revision rv and returns etcd's current revision as target: the cache
-// replays the history in between before it is ready.
-func (c *Cacher) list(ctx context.Context, warm bool) (rv, target uint64, err error) {
+// list reads every object at the current revision and installs them,
+// ending every open watcher: events between its position and the list are
+// unknown.
+func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	// This list answers any re-list the consistency check asked for.
 	select {
 	case <-c.relistRequests:
 	default:
 	}
-	var from uint64
-	if warm {
-		if from, target, err = c.warmStart(ctx); err != nil {
-			return 0, 0, err
-		}
-	}
-	objs, rv, err := c.listAt(ctx, from)
-	if from > 0 && (apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) {
-		// etcd compacted from away since it was chosen: start cold.
-		objs, rv, err = c.listAt(ctx, 0)
-	}
+	objs, rv, err := c.listAt(ctx, 0)
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	c.d.reset(objs, rv)
-	return rv, max(rv, target), nil
+	return rv, nil
 }
 
 // listAt reads every object at revision rev, or at the current one for 0.

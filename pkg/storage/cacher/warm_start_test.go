@@ -7,10 +7,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // secondCache lets another cache use the etcd3 store, which takes a size
@@ -94,52 +96,90 @@ func TestWarmStart(t *testing.T) {
 				if ev.Type != watch.Error || ev.Object.(*metav1.Status).Code != 410 {
 					t.Fatalf("watch from %s: got %s %v, want 410", from, ev.Type, ev.Object)
 				}
-				return
+			} else {
+				for _, p := range pods[tc.watchFrom+1:] {
+					expectNames(t, w, p.Name)
+				}
 			}
-			for _, p := range pods[tc.watchFrom+1:] {
-				expectNames(t, w, p.Name)
+			// And the cache goes on live. (Stopping a cache whose etcd
+			// watch has not started yet leaves clientv3 a stream that holds
+			// up the test etcd's shutdown for seconds.)
+			after := createPod(t, &testCacher{Cacher: restarted}, "after")
+			rv, _ := restarted.cfg.Versioner.ParseResourceVersion(after.ResourceVersion)
+			if err := restarted.d.waitFor(ctx, rv, wait.ForeverTestTimeout, restarted.requestProgress); err != nil {
+				t.Fatal(err)
 			}
-			// And the stream goes on live.
-			createPod(t, &testCacher{Cacher: restarted}, "after")
-			expectNames(t, w, "after")
+			if !tc.want410 {
+				expectNames(t, w, "after")
+			}
 		})
 	}
 }
 
-// TestWarmStartWaitsForReplay checks that a warm-starting cache is not
-// ready, and answers 429, until it has replayed up to the revision etcd had
-// when it started.
-func TestWarmStartWaitsForReplay(t *testing.T) {
+// heldBackfill holds the backfill's list of the old state, the only
+// exact-revision list of a full page, until the test ends.
+type heldBackfill struct {
+	storage.Interface
+	release chan struct{}
+}
+
+func (h heldBackfill) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	if opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact && opts.Predicate.Limit == listPageSize {
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return h.Interface.GetList(ctx, key, opts, listObj)
+}
+
+// TestWarmStartIsReadyBeforeItsHistory checks that a warm start is ready as
+// soon as a cold one, with the current state, and that a watch from before
+// the start waits for the history up to FreshnessTimeout, then gets the 410
+// a cold cache gives if the history is still missing.
+func TestWarmStartIsReadyBeforeItsHistory(t *testing.T) {
 	ctx := context.Background()
 	c := newTestCacher(t)
-	var last *example.Pod
-	for i := 0; i < 20; i++ {
-		last = createPod(t, c, fmt.Sprintf("p%d", i))
+	var pods []*example.Pod
+	for i := 0; i < 5; i++ {
+		pods = append(pods, createPod(t, c, fmt.Sprintf("p%d", i)))
 	}
-	cfg := c.cfg
-	c.Stop()
-	// The replay never arrives: the restarted cache's watch is silent.
-	held := &faultyStore{Interface: secondCache{cfg.Storage}}
-	held.startSilent.Store(true)
-	cfg.Storage = held
-	restarted, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
+	clk := testingclock.NewFakeClock(time.Now())
+	held := heldBackfill{Interface: secondCache{c.cfg.Storage}, release: make(chan struct{})}
+	defer close(held.release)
+	restarted := restartCache(t, c, func(cfg *Config) {
+		cfg.Storage = held
+		cfg.Clock = clk
+	})
+	list := &example.PodList{}
+	if err := restarted.GetList(ctx, "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything}, list); err != nil || len(list.Items) != len(pods) {
+		t.Fatalf("list while the history fills: %d items, %v; want %d", len(list.Items), err, len(pods))
 	}
-	defer restarted.Stop()
-	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, wait.ForeverTestTimeout, true,
-		func(context.Context) (bool, error) { return held.count() > 0, nil }); err != nil {
-		t.Fatal(err)
+	type result struct {
+		w   watch.Interface
+		err error
 	}
-	since, head := restarted.log.bounds()
-	rv, _ := c.cfg.Versioner.ParseResourceVersion(last.ResourceVersion)
-	if since >= rv || head >= rv {
-		t.Fatalf("the warm list is at %d..%d, want before %d", since, head, rv)
+	done := make(chan result, 1)
+	go func() {
+		w, err := restarted.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: pods[1].ResourceVersion, Recursive: true, Predicate: storage.Everything})
+		done <- result{w, err}
+	}()
+	var r result
+	stepUntil(t, clk, func() bool {
+		select {
+		case r = <-done:
+			return true
+		default:
+			return false
+		}
+	})
+	if r.err != nil {
+		t.Fatal(r.err)
 	}
-	if err := restarted.ReadinessCheck(); err == nil {
-		t.Fatal("ready before replaying the history")
-	}
-	if err := restarted.GetList(ctx, "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything}, &example.PodList{}); err == nil {
-		t.Fatal("served a list before replaying the history")
+	defer r.w.Stop()
+	ev := next(t, r.w)
+	if ev.Type != watch.Error || ev.Object.(*metav1.Status).Code != 410 {
+		t.Fatalf("watch from before the start without its history: got %s %v, want 410", ev.Type, ev.Object)
 	}
 }

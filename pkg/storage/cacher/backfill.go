@@ -1,0 +1,206 @@
+package cacher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/klog/v2"
+)
+
+// A warm start fills the event log from etcd's retained history instead of
+// leaving it empty, so that a client coming back to a restarted server with
+// a resourceVersion from before the restart gets the events after it, not
+// a 410 and a re-list.
+//
+// The cache starts as a cold one does: it lists the current state, at
+// revision to, and becomes ready. Behind it a backfill lists the state at an
+// older revision from, replays etcd's history from there to to, and puts the
+// events in front of the log. A watch from a resourceVersion between from
+// and to that arrives meanwhile waits for it, up to FreshnessTimeout. etcd
+// paces a watch that catches up on history at about 1,000 revisions a
+// tenth of a second, so making readiness wait for the replay would make a
+// warm start ten times slower than a cold one (BenchmarkStart).
+//
+// How far back: WarmStartRevisions before to, or etcd's compaction if that
+// is later. etcd's compactor keeps five minutes by default, so at moderate
+// write rates the revision bound is what applies.
+
+// backfill is history being filled in behind the log.
+type backfill struct {
+	// to is the revision the log starts at; the backfill covers what is before it.
+	to uint64
+	// done is closed when the backfill has finished, filled or not.
+	done chan struct{}
+}
+
+// errBackfilled ends the backfill's watch once it has reached its end.
+var errBackfilled = errors.New("backfilled")
+
+// startBackfill fills the history before to, where the log now starts,
+// unless the log is reset or ctx ends first.
+func (c *Cacher) startBackfill(ctx context.Context, to uint64) {
+	if c.cfg.WarmStartRevisions <= 0 {
+		return
+	}
+	bf := &backfill{to: to, done: make(chan struct{})}
+	generation := c.log.resets()
+	c.backfill.Store(bf)
+	go func() {
+		defer close(bf.done)
+		from, err := c.warmStartFrom(ctx, to)
+		if err != nil || from == 0 {
+			if err != nil && ctx.Err() == nil {
+				klog.ErrorS(err, "Watch cache could not fill its history from etcd", "resource", c.cfg.GroupResource)
+			}
+			return
+		}
+		events, err := c.replay(ctx, from, to)
+		if err == nil && !c.d.prependHistory(events, from, to, generation) {
+			err = fmt.Errorf("the log moved on during the backfill")
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				klog.ErrorS(err, "Watch cache could not fill its history from etcd", "resource", c.cfg.GroupResource)
+			}
+			return
+		}
+		klog.V(2).InfoS("Watch cache filled its history from etcd", "resource", c.cfg.GroupResource,
+			"from", from, "to", to, "events", len(events))
+	}()
+}
+
+// waitForBackfill waits, up to FreshnessTimeout, for a backfill that may
+// cover rv, so that a client resuming from rv right after a start gets
+// the events after it rather than a 410.
+func (c *Cacher) waitForBackfill(ctx context.Context, rv uint64) {
+	bf := c.backfill.Load()
+	if bf == nil || rv >= bf.to {
+		return
+	}
+	timer := c.cfg.Clock.NewTimer(c.cfg.FreshnessTimeout)
+	defer timer.Stop()
+	select {
+	case <-bf.done:
+	case <-timer.C():
+	case <-ctx.Done():
+	}
+}
+
+// replay builds the events from from to to: the state at from, then every
+// change after it, each with the object it replaced.
+func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*event, error) {
+	objs, _, err := c.listAt(ctx, from)
+	if err != nil {
+		return nil, err
+	}
+	state := make(map[string]*object, len(objs))
+	for _, o := range objs {
+		state[o.key] = o
+	}
+	var events []*event
+	now := c.cfg.Clock.Now()
+	handle := func(ev watch.Event) (watchEnd, bool) {
+		switch ev.Type {
+		case watch.Bookmark:
+			if rv, err := c.cfg.Versioner.ObjectResourceVersion(ev.Object); err != nil || rv >= to {
+				return watchEnd{err: errBackfilled}, true
+			}
+		case watch.Added, watch.Modified, watch.Deleted:
+			o, err := c.newObject(ev.Object)
+			if err != nil {
+				return watchEnd{reason: endUnreadable, err: err}, true
+			}
+			if o.rv > to {
+				return watchEnd{err: errBackfilled}, true
+			}
+			prev := state[o.key]
+			e := &event{key: o.key, rv: o.rv, cur: o, prev: prev, recorded: now}
+			switch {
+			case ev.Type == watch.Deleted && prev == nil:
+				e = nil
+			case ev.Type == watch.Deleted:
+				e.typ = watch.Deleted
+				delete(state, o.key)
+			case prev == nil:
+				e.typ = watch.Added
+				state[o.key] = o
+			default:
+				e.typ = watch.Modified
+				state[o.key] = o
+			}
+			if e != nil {
+				events = append(events, e)
+			}
+			if o.rv == to {
+				return watchEnd{err: errBackfilled}, true
+			}
+		case watch.Error:
+			return classifyWatchError(apierrors.FromObject(ev.Object)), true
+		}
+		return watchEnd{}, false
+	}
+	end := c.watchWith(ctx, from, nil, handle, func(watch.Event) {})
+	if !errors.Is(end.err, errBackfilled) {
+		return nil, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, end)
+	}
+	return events, nil
+}
+
+// warmStartFrom returns the revision a backfill up to to starts from, or
+// 0 when there is nothing to fill.
+func (c *Cacher) warmStartFrom(ctx context.Context, to uint64) (uint64, error) {
+	lo := max(int64(to)-c.cfg.WarmStartRevisions, c.cfg.Storage.CompactRevision(), 1)
+	if uint64(lo) >= to {
+		return 0, nil
+	}
+	// etcd may have been compacted past what the store has seen (etcd's
+	// own auto-compaction records nothing): find the oldest revision it
+	// still serves. Probes are single-item lists, at most log2(bound).
+	ok, err := c.readableAt(ctx, uint64(lo))
+	if err != nil || ok {
+		return uint64(lo), err
+	}
+	hi := int64(to) // readable
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if ok, err = c.readableAt(ctx, uint64(mid)); err != nil {
+			return 0, err
+		}
+		if ok {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	if uint64(hi) >= to {
+		return 0, nil
+	}
+	klog.V(2).InfoS("Warm start bounded by etcd's compaction", "resource", c.cfg.GroupResource, "from", hi)
+	return uint64(hi), nil
+}
+
+// readableAt reports whether etcd still serves the state at rev.
+func (c *Cacher) readableAt(ctx context.Context, rev uint64) (bool, error) {
+	err := c.cfg.Storage.GetList(ctx, c.cfg.ResourcePrefix, storage.ListOptions{
+		ResourceVersion:      strconv.FormatUint(rev, 10),
+		ResourceVersionMatch: metav1.ResourceVersionMatchExact,
+		Recursive:            true,
+		Predicate:            storage.SelectionPredicate{Label: labels.Everything(), Field: fields.Everything(), Limit: 1},
+	}, c.cfg.NewListFunc())
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		return false, nil
+	default:
+		return false, err
+	}
+}

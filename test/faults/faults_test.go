@@ -19,11 +19,12 @@ var (
 )
 
 // shortScenarios run in make test: the fault this project was worse than
-// upstream at, against both servers, and the silent watch only our cache
-// has to detect.
+// upstream at, against both servers, the silent watch only our cache has
+// to detect, and the rolling restart only a warm start rides through.
 var shortScenarios = map[string][]string{
-	"leader loss":   {ours, upstream},
-	"blackhole 15s": {ours},
+	"leader loss":                  {ours, upstream},
+	"blackhole 15s":                {ours},
+	"rolling restart, 500 watches": {ours},
 }
 
 var (

@@ -206,14 +206,10 @@ func fiftyStreams(first int) []watchSpec {
 // run starts the system for sc against impl (ours, upstream, or ours with
 // an injected fault in its cache), runs the traffic and the fault, and
 // checks every invariant.
-func run(t *testing.T, sc scenario, impl, injected string) *result {
+// setUp starts sc's etcd cluster, proxies, API server replicas and
+// balancer, and the writer's client.
+func setUp(t *testing.T, sc scenario, impl, injected string) *env {
 	bins := build(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	r := &result{scenario: sc.name, server: impl}
-	if injected != "" {
-		r.server = impl + " (" + injected + " injected)"
-	}
 	e := &env{tb: t, dir: t.TempDir(), serverMembers: sc.serverMembers, clientsTo: sc.clientsTo}
 	members := sc.members
 	if members == 0 {
@@ -272,7 +268,18 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 		t.Cleanup(e.balancer.close)
 	}
 	e.client = e.newClient(sc.writerTo)
+	return e
+}
 
+func run(t *testing.T, sc scenario, impl, injected string) *result {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r := &result{scenario: sc.name, server: impl}
+	if injected != "" {
+		r.server = impl + " (" + injected + " injected)"
+	}
+	e := setUp(t, sc, impl, injected)
+	var err error
 	e.writer = newWriter(e.client, 1)
 	if err := e.writer.populate(ctx, populated); err != nil {
 		t.Fatalf("populating: %v", err)

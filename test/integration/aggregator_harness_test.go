@@ -111,6 +111,16 @@ type aggregatedServer struct {
 // discovery lists fleet.example.com.
 func startAggregated(t *testing.T) *aggregatedServer {
 	t.Helper()
+	a, _ := startAggregatedReplicas(t, 1)
+	return a
+}
+
+// startAggregatedReplicas is startAggregated with n replicas of our server
+// behind the APIService's Service. With more than one they share an etcd
+// and the Service resolves to a balancer over them, as kube-proxy spreads
+// a Service's endpoints.
+func startAggregatedReplicas(t *testing.T, n int) (*aggregatedServer, *balancer) {
+	t.Helper()
 	dir := t.TempDir()
 	manifests := renderManifests(t, filepath.Join(dir, "manifests"))
 
@@ -139,11 +149,24 @@ func startAggregated(t *testing.T) *aggregatedServer {
 	kubeconfig := filepath.Join(dir, "aggregator.kubeconfig")
 	writeKubeconfig(t, kubeconfig, aggURL, clientCAFile, adminCert, adminKey)
 
-	backendLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var backendLns []net.Listener
+	var backendAddrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		backendLns = append(backendLns, ln)
+		backendAddrs = append(backendAddrs, ln.Addr().String())
 	}
-	backendURL := &url.URL{Scheme: "https", Host: backendLn.Addr().String()}
+	var lb *balancer
+	backendURL := &url.URL{Scheme: "https", Host: backendAddrs[0]}
+	var sharedEtcd []string
+	if n > 1 {
+		lb = newBalancer(t, backendAddrs)
+		backendURL.Host = lb.ln.Addr().String()
+		sharedEtcd = []string{"--etcd-servers", strings.Join(testserver.RunEtcd(t, nil).Endpoints(), ",")}
+	}
 
 	startAggregator(t, aggregatorConfig{
 		Listener:        aggLn,
@@ -156,16 +179,27 @@ func startAggregated(t *testing.T) *aggregatedServer {
 	})
 
 	// Our server, with the Deployment's arguments.
-	args := deploymentArgs(t, manifests, dir)
-	args = append(args, harnessFlags(kubeconfig, frontProxyCAFile)...)
-	inst, _ := runServer(t, backendLn, args)
+	var etcdEndpoint string
+	for i, ln := range backendLns {
+		replicaDir := filepath.Join(dir, fmt.Sprintf("replica-%d", i))
+		if err := os.MkdirAll(replicaDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		args := deploymentArgs(t, manifests, replicaDir)
+		args = append(args, harnessFlags(kubeconfig, frontProxyCAFile)...)
+		inst, stop := runServer(t, ln, append(args, sharedEtcd...))
+		etcdEndpoint = inst.EtcdEndpoints[0]
+		if lb != nil {
+			lb.stops = append(lb.stops, stop)
+		}
+	}
 
-	front := &testServer{Addr: aggLn.Addr().String(), URL: aggURL, Kubeconfig: kubeconfig, EtcdEndpoint: inst.EtcdEndpoints[0]}
+	front := &testServer{Addr: aggLn.Addr().String(), URL: aggURL, Kubeconfig: kubeconfig, EtcdEndpoint: etcdEndpoint}
 	front.connect(t)
 	registerAPIServices(t, front.Config, manifests, backendURL)
 	waitDiscovered(t, front.Config)
 	return &aggregatedServer{Front: front, Backend: backendURL.String(), Manifests: manifests,
-		FrontProxyCA: frontProxyCA, ServingCA: servingCA(t, manifests)}
+		FrontProxyCA: frontProxyCA, ServingCA: servingCA(t, manifests)}, lb
 }
 
 // renderManifests runs the same renderer hack/render-manifests.sh runs.

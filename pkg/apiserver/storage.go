@@ -29,6 +29,9 @@ type WatchCacheOptions struct {
 	// WarmStartRevisions is how far back, in etcd revisions, each cache
 	// fills its history from etcd when it starts; 0 starts with an empty history.
 	WarmStartRevisions int64
+	// ShuttingDown is closed when the server begins to shut down; see
+	// cacher.Config.ShuttingDown.
+	ShuttingDown <-chan struct{}
 	// Sizes are --watch-cache-sizes, parsed. As upstream, a size of 0 turns
 	// the cache off for that resource and any other size is ignored: the
 	// event log sizes itself.
@@ -61,6 +64,7 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 		ConsistentReadFallback:   o.ConsistentReadFallback,
 		ConsistencyCheckInterval: checkInterval,
 		WarmStartRevisions:       warmStart,
+		ShuttingDown:             o.ShuttingDown,
 	})
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string,
 		keyFunc func(runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object,

@@ -83,6 +83,10 @@ type Options struct {
 	// Out receives the startup banner.
 	Out io.Writer
 
+	// shuttingDown is closed by a pre-shutdown hook, so that the watch
+	// caches bookmark their watchers before the server ends them.
+	shuttingDown chan struct{}
+
 	// StorageDecoratorOverride, when set, replaces the storage decorator
 	// that --watch-cache chooses. No flag sets it: it exists so that the
 	// benchmark in test/bench can run this same server over upstream's
@@ -246,7 +250,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--watch-cache-sizes: %w", err)
 	}
+	o.shuttingDown = make(chan struct{})
 	decorator := apiserver.StorageDecorator(apiserver.WatchCacheOptions{
+		ShuttingDown:             o.shuttingDown,
 		Enabled:                  o.Recommended.Etcd.EnableWatchCache,
 		ConsistentReadFallback:   o.ConsistentReadFallback,
 		ConsistencyCheckInterval: o.ConsistencyCheckInterval,
@@ -339,6 +345,11 @@ func (o *Options) NewInstance() (*Instance, error) {
 		if out != nil {
 			inst.printBanner(out)
 		}
+		return nil
+	})
+	shuttingDown := o.shuttingDown
+	srv.GenericAPIServer.AddPreShutdownHookOrDie("cached-apiserver-bookmark-watchers", func() error {
+		close(shuttingDown)
 		return nil
 	})
 	if informers := cfg.GenericConfig.SharedInformerFactory; informers != nil {

@@ -78,3 +78,34 @@ func (d *dispatcher) sendBookmarks(now time.Time) {
 		d.lastBookmarkSecond = sec
 	}
 }
+
+// beginShutdown sends a bookmark at the head to every synced watcher that
+// accepts bookmarks, and makes register do the same for every watcher
+// after; see Config.ShuttingDown. A catching-up watcher is sending events
+// already.
+func (d *dispatcher) beginShutdown() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.shuttingDown = true
+	for _, w := range d.all {
+		d.bookmarkNowLocked(w)
+	}
+	for _, list := range d.byTrigger {
+		for _, w := range list {
+			d.bookmarkNowLocked(w)
+		}
+	}
+}
+
+// bookmarkNowLocked offers a synced watcher a bookmark at the head, if it
+// accepts bookmarks and its channel has room.
+func (d *dispatcher) bookmarkNowLocked(w *watcher) {
+	_, head := d.log.bounds()
+	if !w.bookmarks || w.state != synced || head < w.cursor {
+		return
+	}
+	select {
+	case w.ch <- watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(head, false)}:
+	default:
+	}
+}

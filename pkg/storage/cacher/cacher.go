@@ -98,10 +98,14 @@ func (c *Cacher) tick(ctx context.Context) {
 		defer t.Stop()
 		progress = t.C()
 	}
+	shuttingDown := c.cfg.ShuttingDown
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-shuttingDown:
+			c.d.beginShutdown()
+			shuttingDown = nil
 		case now := <-bookmarks.C():
 			c.d.sendBookmarks(now)
 			c.d.compacted(c.cfg.Storage.CompactRevision())

@@ -107,6 +107,13 @@ type Config struct {
 	// etcd's history; see warm_start.go. Negative starts cold, with an
 	// empty log. Default DefaultWarmStartRevisions.
 	WarmStartRevisions int64
+	// ShuttingDown, when closed, tells the cache that its server is about to
+	// end every watch. Each watcher that accepts bookmarks then gets one at
+	// the head at once, and so does each one registered after, so that no
+	// watch ends having delivered nothing: client-go's reflector re-lists
+	// after a watch that ends within a second with no event, and resumes
+	// from a fresher resourceVersion after a bookmark. Nil: never.
+	ShuttingDown <-chan struct{}
 	// WatcherBuffer is the size of each watcher's channel.
 	WatcherBuffer int
 	// Clock drives bookmarks and waits. Default: the real clock.

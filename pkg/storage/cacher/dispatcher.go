@@ -62,6 +62,8 @@ type dispatcher struct {
 	headCh chan struct{}
 	// parkBuf is scratch space for fanOutLocked.
 	parkBuf []*watcher
+	// shuttingDown is set by beginShutdown.
+	shuttingDown bool
 }
 
 func newDispatcher(s *store, l *eventLog, versioner storage.Versioner, newFunc func() runtime.Object,
@@ -287,6 +289,9 @@ func (d *dispatcher) register(w *watcher, withInit, endBookmark, startAtHead boo
 	default:
 		w.cursor = from
 		d.startCatchUpLocked(w, nil)
+	}
+	if d.shuttingDown {
+		d.bookmarkNowLocked(w)
 	}
 	return w, nil
 }

@@ -385,3 +385,27 @@ func TestCompactedDropsHistory(t *testing.T) {
 		t.Fatalf("watch from before the compaction: got %s, want a 410 error", e.Type)
 	}
 }
+
+// TestBookmarksOnShutdown checks that once the server begins to shut down,
+// every watcher that accepts bookmarks has one at the head, those open
+// before and those registered after, so that none ends with nothing
+// delivered; a watcher that asked for none gets none.
+func TestBookmarksOnShutdown(t *testing.T) {
+	d := newTestDispatcher(64)
+	d.put("a", nil, "n1")
+	withBookmarks := storage.Everything
+	withBookmarks.AllowWatchBookmarks = true
+	before := d.watch(t, withBookmarks, 10, "")
+	triggered := d.watch(t, storage.SelectionPredicate{Label: labels.Everything(), Field: fields.OneTermEqualSelector("spec.nodeName", "n1"),
+		AllowWatchBookmarks: true}, 10, "n1")
+	quiet := d.watch(t, storage.Everything, 10, "")
+
+	d.beginShutdown()
+	after := d.watch(t, withBookmarks, 10, "")
+	for name, w := range map[string]*watcher{"before": before, "trigger-indexed": triggered, "after": after} {
+		if got := receive(t, w, 1); got[0].typ != watch.Bookmark || got[0].rv != fmt.Sprint(d.rv) {
+			t.Errorf("%s: got %v, want a bookmark at %d", name, got, d.rv)
+		}
+	}
+	expectNothing(t, quiet)
+}

@@ -23,7 +23,7 @@ import (
 // APIService's Service and loses the one the aggregator's connections go
 // to while an informer and a kubectl watch run through the aggregator. The
 // informer goes on through the other replica and ends with every object;
-// kubectl's watch goes on or ends with an error, never hangs.
+// kubectl's watch goes on or ends, never hangs.
 //
 //   - stopped: the replica shuts down as on SIGTERM, ending its watches
 //     cleanly. The informer resumes from its last resourceVersion: no re-list.
@@ -130,18 +130,18 @@ func testReplicaLoss(t *testing.T, lose func(*balancer, int), wantSyncs int32) {
 		t.Errorf("the informer synced %d times, want %d", n, wantSyncs)
 	}
 
-	// kubectl either goes on printing the new objects or ends its watch
-	// with an error; it must not hang.
+	// kubectl either goes on printing the new objects (its watch went to
+	// the other replica) or exits; it must not hang. kubectl get --watch
+	// does not resume a watch that ends and exits 0 however it ended
+	// (get.go drops UntilWithoutRetry's error), so the exit status says
+	// nothing here; only a hang is a failure.
 	deadline := time.After(30 * time.Second)
 	for wentOn := false; !wentOn; {
 		select {
 		case line, ok := <-lines:
 			if !ok {
 				err := <-exited
-				if err == nil {
-					t.Errorf("kubectl's watch ended without an error when its replica was lost")
-				}
-				t.Logf("kubectl's watch ended with %v: %s", err, strings.TrimSpace(stderr.String()))
+				t.Logf("kubectl's watch ended (exit: %v): %s", err, strings.TrimSpace(stderr.String()))
 				wentOn = true
 				continue
 			}

@@ -74,12 +74,22 @@ func (c completedConfig) New() (*Server, error) {
 		"agents/status":      agents.Status,
 	}
 
-	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(fleet.GroupName, Scheme, metav1.ParameterCodec, Codecs)
-	apiGroupInfo.NegotiatedSerializer = withoutProtobuf{Codecs}
+	apiGroupInfo := newAPIGroupInfo()
 	apiGroupInfo.VersionedResourcesStorageMap["v1beta1"] = resources
 	apiGroupInfo.VersionedResourcesStorageMap["v1alpha1"] = resources
 	if err := s.GenericAPIServer.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// newAPIGroupInfo returns fleet.example.com's group info without storage.
+// Its serializer is the generic server's default, which writes lists item
+// by item (KEP-5116: a list response never exists whole in memory), with
+// protobuf hidden. Wrapping a plain CodecFactory instead would lose the
+// streaming encoders; TestListsStream fails if that happens.
+func newAPIGroupInfo() genericapiserver.APIGroupInfo {
+	info := genericapiserver.NewDefaultAPIGroupInfo(fleet.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	info.NegotiatedSerializer = withoutProtobuf{info.NegotiatedSerializer}
+	return info
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -79,6 +80,9 @@ type Options struct {
 	// WarmStartRevisions is how far back, in etcd revisions, each watch
 	// cache fills its history from etcd when it starts; 0 starts empty.
 	WarmStartRevisions int64
+	// MaxWatches caps the watch requests served at once; past it a new
+	// watch gets 429 with Retry-After. 0 is no cap.
+	MaxWatches int
 
 	// Out receives the startup banner.
 	Out io.Writer
@@ -109,6 +113,7 @@ func NewOptions(out io.Writer) *Options {
 
 		ConsistencyCheckInterval: cacher.DefaultConsistencyCheckInterval,
 		WarmStartRevisions:       cacher.DefaultWarmStartRevisions,
+		MaxWatches:               apiserver.DefaultMaxWatches,
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1beta1.SchemeGroupVersion, schema.GroupKind{Group: fleet.GroupName})
@@ -141,6 +146,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How many etcd revisions back each watch cache reaches when it starts, to fill its history from etcd's, so "+
 			"that clients resuming from a resourceVersion older than the start get events instead of 410. etcd's "+
 			"compaction bounds it too. 0 starts with an empty history, as upstream's cache does.")
+	fs.IntVar(&o.MaxWatches, "max-watches", o.MaxWatches,
+		"The most watch requests (watch-lists included) this server serves at once. Past it a new watch gets "+
+			"429 Too Many Requests with Retry-After; open watches are untouched. An open watch costs the server "+
+			"40-100 KiB. 0 is no limit.")
 	o.Recommended.AddFlags(fs)
 	o.ServerRun.AddUniversalFlags(fs)
 	o.EmbeddedEtcd.AddFlags(fs)
@@ -192,6 +201,9 @@ func (o *Options) Validate() error {
 	if o.ConsistencyCheckInterval < 0 {
 		errs = append(errs, fmt.Errorf("--watch-cache-consistency-check-interval must be 0 (off) or positive, not %v", o.ConsistencyCheckInterval))
 	}
+	if o.MaxWatches < 0 {
+		errs = append(errs, fmt.Errorf("--max-watches must be 0 (no limit) or positive, not %d", o.MaxWatches))
+	}
 	if o.WarmStartRevisions < 0 {
 		errs = append(errs, fmt.Errorf("--watch-cache-warm-start-revisions must be 0 (off) or positive, not %d", o.WarmStartRevisions))
 	}
@@ -233,6 +245,12 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(fleetopenapi.GetOpenAPIDefinitions, namer)
 	serverConfig.OpenAPIV3Config.Info.Title = "cached-apiserver"
 	serverConfig.OpenAPIV3Config.Info.Version = "v1beta1"
+
+	maxWatches := o.MaxWatches
+	serverConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
+		// Innermost, so that the request is authenticated and its info known.
+		return genericapiserver.DefaultBuildHandlerChain(apiserver.WithWatchLimit(h, maxWatches, c.Serializer), c)
+	}
 
 	// ServerRun first: the feature options read the max-in-flight limits it sets.
 	if err := o.ServerRun.ApplyTo(&serverConfig.Config); err != nil {

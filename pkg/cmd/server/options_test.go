@@ -33,6 +33,9 @@ func TestValidate(t *testing.T) {
 		{name: "cold start", args: []string{"--watch-cache-warm-start-revisions=0"}},
 		{name: "negative warm start", args: []string{"--watch-cache-warm-start-revisions=-5"},
 			wantErr: "--watch-cache-warm-start-revisions must be 0 (off) or positive, not -5"},
+		{name: "no watch limit", args: []string{"--max-watches=0"}},
+		{name: "negative watch limit", args: []string{"--max-watches=-1"},
+			wantErr: "--max-watches must be 0 (no limit) or positive, not -1"},
 		{name: "negative size", args: []string{"--watch-cache-sizes=assignments.fleet.example.com#-1"},
 			wantErr: "--watch-cache-sizes: watch cache size cannot be negative"},
 	} {

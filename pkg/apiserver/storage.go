@@ -29,9 +29,11 @@ type WatchCacheOptions struct {
 	// WarmStartRevisions is how far back, in etcd revisions, each cache
 	// fills its history from etcd when it starts; 0 starts with an empty history.
 	WarmStartRevisions int64
-	// ShuttingDown is closed when the server begins to shut down; see
-	// cacher.Config.ShuttingDown.
-	ShuttingDown <-chan struct{}
+	// HistoryBudget bounds the bytes of objects each resource's history
+	// holds; 0 is no budget.
+	HistoryBudget int64
+	// Shutdown begins when the server begins to shut down; see cacher.Shutdown.
+	Shutdown *cacher.Shutdown
 	// Sizes are --watch-cache-sizes, parsed. As upstream, a size of 0 turns
 	// the cache off for that resource and any other size is ignored: the
 	// event log sizes itself.
@@ -57,6 +59,10 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 	if warmStart == 0 {
 		warmStart = -1
 	}
+	budget := o.HistoryBudget
+	if budget == 0 {
+		budget = -1
+	}
 	cached := cacher.StorageDecorator(cacher.Config{
 		// Idle resources' bookmarks then carry fresh resourceVersions even
 		// against an etcd whose own progress-notify interval is long.
@@ -64,7 +70,8 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 		ConsistentReadFallback:   o.ConsistentReadFallback,
 		ConsistencyCheckInterval: checkInterval,
 		WarmStartRevisions:       warmStart,
-		ShuttingDown:             o.ShuttingDown,
+		HistoryBudget:            budget,
+		Shutdown:                 o.Shutdown,
 	})
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string,
 		keyFunc func(runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object,

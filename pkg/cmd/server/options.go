@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -56,6 +57,9 @@ const (
 	// defaultWatchTerminationGrace is how long open watches get to end on
 	// shutdown: long enough to spread thousands of clients' reconnects.
 	defaultWatchTerminationGrace = 5 * time.Second
+	// shutdownBookmarkWait bounds how long shutdown waits for watchers to
+	// take the bookmark the caches send them.
+	shutdownBookmarkWait = time.Second
 )
 
 // Options is everything the command line sets.
@@ -80,6 +84,9 @@ type Options struct {
 	// WarmStartRevisions is how far back, in etcd revisions, each watch
 	// cache fills its history from etcd when it starts; 0 starts empty.
 	WarmStartRevisions int64
+	// HistoryBudget bounds the bytes of objects each resource's watch
+	// cache history holds; 0 is no budget.
+	HistoryBudget resource.QuantityValue
 	// MaxWatches caps the watch requests served at once; past it a new
 	// watch gets 429 with Retry-After. 0 is no cap.
 	MaxWatches int
@@ -87,9 +94,9 @@ type Options struct {
 	// Out receives the startup banner.
 	Out io.Writer
 
-	// shuttingDown is closed by a pre-shutdown hook, so that the watch
-	// caches bookmark their watchers before the server ends them.
-	shuttingDown chan struct{}
+	// shutdown begins in a pre-shutdown hook, so that the watch caches
+	// bookmark their watchers before the server ends them.
+	shutdown *cacher.Shutdown
 
 	// StorageDecoratorOverride, when set, replaces the storage decorator
 	// that --watch-cache chooses. No flag sets it: it exists so that the
@@ -114,6 +121,7 @@ func NewOptions(out io.Writer) *Options {
 		ConsistencyCheckInterval: cacher.DefaultConsistencyCheckInterval,
 		WarmStartRevisions:       cacher.DefaultWarmStartRevisions,
 		MaxWatches:               apiserver.DefaultMaxWatches,
+		HistoryBudget:            resource.QuantityValue{Quantity: *resource.NewQuantity(cacher.DefaultHistoryBudget, resource.BinarySI)},
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1beta1.SchemeGroupVersion, schema.GroupKind{Group: fleet.GroupName})
@@ -146,6 +154,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"How many etcd revisions back each watch cache reaches when it starts, to fill its history from etcd's, so "+
 			"that clients resuming from a resourceVersion older than the start get events instead of 410. etcd's "+
 			"compaction bounds it too. 0 starts with an empty history, as upstream's cache does.")
+	fs.Var(&o.HistoryBudget, "watch-cache-history-budget",
+		"The most memory, estimated, that each resource's watch cache history may hold in object versions, as a "+
+			"quantity (512Mi). Past it the oldest events leave even inside the history window, and a watch from their "+
+			"resourceVersions gets 410 Gone. 0 is no budget.")
 	fs.IntVar(&o.MaxWatches, "max-watches", o.MaxWatches,
 		"The most watch requests (watch-lists included) this server serves at once. Past it a new watch gets "+
 			"429 Too Many Requests with Retry-After; open watches are untouched. An open watch costs the server "+
@@ -200,6 +212,9 @@ func (o *Options) Validate() error {
 	}
 	if o.ConsistencyCheckInterval < 0 {
 		errs = append(errs, fmt.Errorf("--watch-cache-consistency-check-interval must be 0 (off) or positive, not %v", o.ConsistencyCheckInterval))
+	}
+	if o.HistoryBudget.Sign() < 0 {
+		errs = append(errs, fmt.Errorf("--watch-cache-history-budget must be 0 (no budget) or positive, not %s", o.HistoryBudget.String()))
 	}
 	if o.MaxWatches < 0 {
 		errs = append(errs, fmt.Errorf("--max-watches must be 0 (no limit) or positive, not %d", o.MaxWatches))
@@ -268,13 +283,14 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--watch-cache-sizes: %w", err)
 	}
-	o.shuttingDown = make(chan struct{})
+	o.shutdown = cacher.NewShutdown()
 	decorator := apiserver.StorageDecorator(apiserver.WatchCacheOptions{
-		ShuttingDown:             o.shuttingDown,
+		Shutdown:                 o.shutdown,
 		Enabled:                  o.Recommended.Etcd.EnableWatchCache,
 		ConsistentReadFallback:   o.ConsistentReadFallback,
 		ConsistencyCheckInterval: o.ConsistencyCheckInterval,
 		WarmStartRevisions:       o.WarmStartRevisions,
+		HistoryBudget:            o.HistoryBudget.Value(),
 		Sizes:                    sizes,
 	})
 	if o.StorageDecoratorOverride != nil {
@@ -365,9 +381,13 @@ func (o *Options) NewInstance() (*Instance, error) {
 		}
 		return nil
 	})
-	shuttingDown := o.shuttingDown
+	shutdown := o.shutdown
 	srv.GenericAPIServer.AddPreShutdownHookOrDie("cached-apiserver-bookmark-watchers", func() error {
-		close(shuttingDown)
+		// The generic server ends every watch once its hooks return; give
+		// the bookmarks a moment to be written first.
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownBookmarkWait)
+		defer cancel()
+		shutdown.Begin(ctx)
 		return nil
 	})
 	if informers := cfg.GenericConfig.SharedInformerFactory; informers != nil {

@@ -81,31 +81,39 @@ func (d *dispatcher) sendBookmarks(now time.Time) {
 
 // beginShutdown sends a bookmark at the head to every synced watcher that
 // accepts bookmarks, and makes register do the same for every watcher
-// after; see Config.ShuttingDown. A catching-up watcher is sending events
-// already.
-func (d *dispatcher) beginShutdown() {
+// after; see Shutdown. A catching-up watcher is sending events already. It
+// returns the watchers it sent a bookmark to.
+func (d *dispatcher) beginShutdown() []*watcher {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.shuttingDown = true
+	var sent []*watcher
 	for _, w := range d.all {
-		d.bookmarkNowLocked(w)
+		if d.bookmarkNowLocked(w) {
+			sent = append(sent, w)
+		}
 	}
 	for _, list := range d.byTrigger {
 		for _, w := range list {
-			d.bookmarkNowLocked(w)
+			if d.bookmarkNowLocked(w) {
+				sent = append(sent, w)
+			}
 		}
 	}
+	return sent
 }
 
 // bookmarkNowLocked offers a synced watcher a bookmark at the head, if it
-// accepts bookmarks and its channel has room.
-func (d *dispatcher) bookmarkNowLocked(w *watcher) {
+// accepts bookmarks and its channel has room, and reports whether it did.
+func (d *dispatcher) bookmarkNowLocked(w *watcher) bool {
 	_, head := d.log.bounds()
 	if !w.bookmarks || w.state != synced || head < w.cursor {
-		return
+		return false
 	}
 	select {
 	case w.ch <- watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(head, false)}:
+		return true
 	default:
+		return false
 	}
 }

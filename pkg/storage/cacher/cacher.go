@@ -63,11 +63,12 @@ func New(cfg Config) (*Cacher, error) {
 		relistRequests: make(chan string, 1), etcdAnswered: make(chan struct{}, 1)}
 	c.outage.cache = c
 	c.store = newStore(c.indexFuncs())
-	c.log = newEventLog(cfg.HistoryWindow, cfg.MinHistorySize, cfg.MaxHistorySize)
+	c.log = newEventLog(cfg.HistoryWindow, cfg.MinHistorySize, cfg.MaxHistorySize).withBudget(max(cfg.HistoryBudget, 0))
 	c.d = newDispatcher(c.store, c.log, cfg.Versioner, cfg.NewFunc, cfg.Clock, cfg.BookmarkFrequency, c.metrics)
 	if err := cfg.Storage.EnableResourceSizeEstimation(c.keys); err != nil {
 		return nil, fmt.Errorf("enabling size estimation for %s: %w", cfg.GroupResource, err)
 	}
+	cfg.Shutdown.register(c.d)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	go c.run(ctx)
@@ -80,6 +81,7 @@ func New(cfg Config) (*Cacher, error) {
 
 // Stop ends the ingest loop and every watcher. It is safe to call twice.
 func (c *Cacher) Stop() {
+	c.cfg.Shutdown.unregister(c.d)
 	c.stop()
 	<-c.done
 	c.ready.set(stoppedState)
@@ -98,14 +100,10 @@ func (c *Cacher) tick(ctx context.Context) {
 		defer t.Stop()
 		progress = t.C()
 	}
-	shuttingDown := c.cfg.ShuttingDown
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-shuttingDown:
-			c.d.beginShutdown()
-			shuttingDown = nil
 		case now := <-bookmarks.C():
 			c.d.sendBookmarks(now)
 			c.d.compacted(c.cfg.Storage.CompactRevision())

@@ -21,6 +21,10 @@ const (
 	// the log holds tens of MiB.
 	DefaultMinHistorySize = 128
 	DefaultMaxHistorySize = 100_000
+	// DefaultHistoryBudget bounds the bytes of objects each resource's
+	// event log holds: the history window's worth of 1 KiB objects at
+	// about 5,000 writes a second.
+	DefaultHistoryBudget = 512 << 20
 	// DefaultBookmarkFrequency is how often a watcher gets a bookmark, as upstream.
 	DefaultBookmarkFrequency = time.Minute
 	// DefaultFreshnessTimeout bounds waits for the cache to reach a
@@ -78,6 +82,11 @@ type Config struct {
 	HistoryWindow time.Duration
 	// MinHistorySize and MaxHistorySize bound the event log's capacity.
 	MinHistorySize, MaxHistorySize int
+	// HistoryBudget bounds the estimated bytes of the object versions the
+	// event log holds. Past it the oldest events leave, even inside the
+	// window, and a watch from their resourceVersions gets 410. Default
+	// DefaultHistoryBudget; negative is no budget.
+	HistoryBudget int64
 	// BookmarkFrequency is how often watchers get bookmarks. Default one minute.
 	BookmarkFrequency time.Duration
 	// FreshnessTimeout bounds waits for the cache to reach a resourceVersion.
@@ -107,13 +116,9 @@ type Config struct {
 	// etcd's history; see warm_start.go. Negative starts cold, with an
 	// empty log. Default DefaultWarmStartRevisions.
 	WarmStartRevisions int64
-	// ShuttingDown, when closed, tells the cache that its server is about to
-	// end every watch. Each watcher that accepts bookmarks then gets one at
-	// the head at once, and so does each one registered after, so that no
-	// watch ends having delivered nothing: client-go's reflector re-lists
-	// after a watch that ends within a second with no event, and resumes
-	// from a fresher resourceVersion after a bookmark. Nil: never.
-	ShuttingDown <-chan struct{}
+	// Shutdown, when it begins, bookmarks every watcher before the server
+	// ends them; see Shutdown. Nil: never.
+	Shutdown *Shutdown
 	// WatcherBuffer is the size of each watcher's channel.
 	WatcherBuffer int
 	// Clock drives bookmarks and waits. Default: the real clock.
@@ -141,6 +146,7 @@ func (c *Config) complete() error {
 	setDefault(&c.HistoryWindow, DefaultHistoryWindow)
 	setDefault(&c.MinHistorySize, DefaultMinHistorySize)
 	setDefault(&c.MaxHistorySize, DefaultMaxHistorySize)
+	setDefault(&c.HistoryBudget, DefaultHistoryBudget)
 	setDefault(&c.BookmarkFrequency, DefaultBookmarkFrequency)
 	setDefault(&c.FreshnessTimeout, DefaultFreshnessTimeout)
 	setDefault(&c.ProgressRequestInterval, DefaultProgressRequestInterval)

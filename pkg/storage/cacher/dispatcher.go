@@ -64,6 +64,9 @@ type dispatcher struct {
 	parkBuf []*watcher
 	// shuttingDown is set by beginShutdown.
 	shuttingDown bool
+	// evictedReported is how many of the log's budget evictions the
+	// metrics have counted.
+	evictedReported uint64
 }
 
 func newDispatcher(s *store, l *eventLog, versioner storage.Versioner, newFunc func() runtime.Object,
@@ -233,7 +236,12 @@ func (d *dispatcher) recordGauges() {
 		synced += len(list)
 	}
 	lagging := len(d.lagging)
+	bytes, evicted := d.log.usage()
+	newlyEvicted := evicted - d.evictedReported
+	d.evictedReported = evicted
 	d.mu.Unlock()
+	d.metrics.historyBytes.Set(float64(bytes))
+	d.metrics.evicted.Add(float64(newlyEvicted))
 	_, snapshots := d.store.stats()
 	d.metrics.synced.Set(float64(synced))
 	d.metrics.lagging.Set(float64(lagging))

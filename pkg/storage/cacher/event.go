@@ -24,6 +24,8 @@ type object struct {
 	rv     uint64
 	// trigger is the value of Config.TriggerField, if any.
 	trigger string
+	// bytes estimates what obj holds (approximateSize).
+	bytes int64
 }
 
 // matches reports whether o passes the predicate; nil passes everything.
@@ -56,6 +58,16 @@ type event struct {
 	// watchers this event moves out of their selector.
 	leavingOnce sync.Once
 	leaving     *cachingObject
+}
+
+// size is what the event adds to the history: the object version it
+// created. Its previous version is the one an earlier event, or the list,
+// created.
+func (e *event) size() int64 {
+	if e.cur == nil {
+		return 0
+	}
+	return e.cur.bytes
 }
 
 // forWatcher returns what a watcher with predicate p receives, following

@@ -13,10 +13,16 @@ import (
 // inside the history window, the ring doubles, up to maxSize. When it is
 // full and fewer than a quarter of its events are inside the window, it
 // halves, down to minSize. Otherwise the oldest event is dropped.
+//
+// A byte budget bounds it too: when the objects its events hold exceed
+// budget, the oldest events go first, window or not, and evicted counts
+// those that left while still inside the window.
 type eventLog struct {
 	window  time.Duration
 	minSize int
 	maxSize int
+	// budget is the most bytes of objects the log holds; 0 is no budget.
+	budget int64
 
 	// mu guards everything below.
 	mu sync.RWMutex
@@ -34,10 +40,20 @@ type eventLog struct {
 	// everything since it started.
 	generation uint64
 	trimmed    bool
+	// bytes is the sum of the events' sizes; evicted counts the events the
+	// budget removed inside the window.
+	bytes   int64
+	evicted uint64
 }
 
 func newEventLog(window time.Duration, minSize, maxSize int) *eventLog {
 	return &eventLog{window: window, minSize: minSize, maxSize: maxSize, ring: make([]*event, minSize)}
+}
+
+// withBudget sets the byte budget, before the log is used.
+func (l *eventLog) withBudget(bytes int64) *eventLog {
+	l.budget = bytes
+	return l
 }
 
 // reset empties the log; it is complete from rv on.
@@ -45,7 +61,7 @@ func (l *eventLog) reset(rv uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.ring = make([]*event, l.minSize)
-	l.start, l.n = 0, 0
+	l.start, l.n, l.bytes = 0, 0, 0
 	l.since, l.head = rv, rv
 	l.generation++
 	l.trimmed = false
@@ -77,6 +93,16 @@ func (l *eventLog) prepend(events []*event, from, upTo, generation uint64) bool 
 	if drop > len(events) {
 		return false
 	}
+	if l.budget > 0 {
+		// Keep only the newest events that fit beside what the log holds.
+		var fit int64
+		for i := len(events) - 1; i >= max(drop, 0); i-- {
+			if fit += events[i].size(); l.bytes+fit > l.budget {
+				drop = i + 1
+				break
+			}
+		}
+	}
 	ring := make([]*event, size)
 	n := 0
 	since := from
@@ -87,6 +113,7 @@ func (l *eventLog) prepend(events []*event, from, upTo, generation uint64) bool 
 	for _, e := range events {
 		ring[n] = e
 		n++
+		l.bytes += e.size()
 	}
 	for i := 0; i < l.n; i++ {
 		ring[n] = l.ring[(l.start+i)%len(l.ring)]
@@ -106,6 +133,13 @@ func (l *eventLog) append(e *event) {
 	l.ring[(l.start+l.n)%len(l.ring)] = e
 	l.n++
 	l.head = e.rv
+	l.bytes += e.size()
+	for l.budget > 0 && l.bytes > l.budget && l.n > 1 {
+		if e.recorded.Sub(l.ring[l.start].recorded) < l.window {
+			l.evicted++
+		}
+		l.dropOldestLocked()
+	}
 }
 
 // advance moves head to rv on a progress notification, without an event.
@@ -142,6 +176,7 @@ func (l *eventLog) dropOldestLocked() {
 	l.start = (l.start + 1) % len(l.ring)
 	l.n--
 	l.since = oldest.rv
+	l.bytes -= oldest.size()
 }
 
 // resizeLocked moves the events into a ring of the given size, dropping the
@@ -210,6 +245,14 @@ func (l *eventLog) capacity() int {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return len(l.ring)
+}
+
+// usage returns the bytes the log's events hold, and how many events the
+// budget evicted inside the window so far.
+func (l *eventLog) usage() (bytes int64, evicted uint64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.bytes, l.evicted
 }
 
 // len returns how many events the log holds.

@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"cmp"
 	"slices"
 	"testing"
 	"time"
@@ -112,5 +113,79 @@ func TestEventLogAfterLimitAndProgress(t *testing.T) {
 	}
 	if _, ok := l.after(10, 10); ok {
 		t.Fatal("a cursor before dropped events must be too old")
+	}
+}
+
+// sized is an event whose object version holds bytes.
+func sized(rv uint64, at time.Time, bytes int64) *event {
+	return &event{rv: rv, recorded: at, cur: &object{rv: rv, bytes: bytes}}
+}
+
+func TestEventLogBudget(t *testing.T) {
+	start := time.Now()
+	for _, tc := range []struct {
+		name   string
+		budget int64
+		// sizes are appended at rv 11, 12, …, every interval (default 1 s).
+		sizes       []int64
+		interval    time.Duration
+		wantEvents  []uint64
+		wantBytes   int64
+		wantEvicted uint64
+	}{
+		{name: "no budget keeps everything", sizes: []int64{400, 400, 400}, wantEvents: []uint64{11, 12, 13}, wantBytes: 1200},
+		{name: "under the budget keeps everything", budget: 1000, sizes: []int64{300, 300, 300},
+			wantEvents: []uint64{11, 12, 13}, wantBytes: 900},
+		{name: "over the budget drops the oldest, inside the window", budget: 1000, sizes: []int64{400, 400, 400},
+			wantEvents: []uint64{12, 13}, wantBytes: 800, wantEvicted: 1},
+		{name: "a big event pushes out several", budget: 1000, sizes: []int64{200, 200, 200, 900},
+			wantEvents: []uint64{14}, wantBytes: 900, wantEvicted: 3},
+		{name: "an event bigger than the budget stays alone", budget: 1000, sizes: []int64{100, 5000},
+			wantEvents: []uint64{12}, wantBytes: 5000, wantEvicted: 1},
+		{name: "events outside the window leave without counting", budget: 1000, interval: 20 * time.Second,
+			sizes: []int64{400, 400, 400}, wantEvents: []uint64{12, 13}, wantBytes: 800},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newEventLog(10*time.Second, 4, 64).withBudget(tc.budget)
+			l.reset(10)
+			interval := cmp.Or(tc.interval, time.Second)
+			for i, size := range tc.sizes {
+				l.append(sized(uint64(11+i), start.Add(time.Duration(i)*interval), size))
+			}
+			since, _ := l.bounds()
+			events, ok := l.after(since, 100)
+			if !ok || !slices.Equal(rvs(events), tc.wantEvents) {
+				t.Fatalf("events %v (ok %v), want %v", rvs(events), ok, tc.wantEvents)
+			}
+			if bytes, evicted := l.usage(); bytes != tc.wantBytes || evicted != tc.wantEvicted {
+				t.Errorf("usage = %d bytes, %d evicted; want %d, %d", bytes, evicted, tc.wantBytes, tc.wantEvicted)
+			}
+			// A watcher from before what the budget removed is too old.
+			if len(tc.wantEvents) < len(tc.sizes) {
+				if _, ok := l.after(10, 100); ok {
+					t.Error("a cursor before evicted events must be too old")
+				}
+			}
+		})
+	}
+}
+
+func TestEventLogPrependBudget(t *testing.T) {
+	now := time.Now()
+	l := newEventLog(time.Minute, 4, 64).withBudget(1000)
+	l.reset(20)
+	generation := l.resets()
+	l.append(sized(21, now, 500))
+	older := []*event{sized(11, now, 300), sized(12, now, 300), sized(13, now, 200)}
+	if !l.prepend(older, 10, 20, generation) {
+		t.Fatal("prepend refused")
+	}
+	since, _ := l.bounds()
+	events, _ := l.after(since, 100)
+	if since != 11 || !slices.Equal(rvs(events), []uint64{12, 13, 21}) {
+		t.Fatalf("after prepend: since %d, events %v; want since 11, [12 13 21]", since, rvs(events))
+	}
+	if bytes, _ := l.usage(); bytes != 1000 {
+		t.Errorf("bytes = %d, want 1000", bytes)
 	}
 }

@@ -171,7 +171,7 @@ func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resourceVersion of %s: %w", key, err)
 	}
-	o := &object{key: key, obj: obj, co: newCachingObject(obj), labels: l, fields: f, rv: rv}
+	o := &object{key: key, obj: obj, co: newCachingObject(obj), labels: l, fields: f, rv: rv, bytes: approximateSize(obj)}
 	if c.cfg.TriggerField != "" {
 		o.trigger = c.cfg.IndexerFuncs[c.cfg.TriggerField](obj)
 	}

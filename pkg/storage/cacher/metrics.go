@@ -41,6 +41,17 @@ var (
 		Help:           "Events held in the event log.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
+	historyBytesGauge = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "history_bytes",
+		Help:           "Estimated bytes of the object versions the event log holds; Config.HistoryBudget bounds it.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	historyEvictedCounter = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "history_evicted_events_total",
+		Help: "Events that left the event log while still inside its history window, because the log reached its " +
+			"byte budget. A watch from their resourceVersions gets 410.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
 
 	etcdWatchRestarts = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
 		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "etcd_watch_restarts_total",
@@ -71,7 +82,7 @@ func registerMetrics() {
 		// here too makes them work for a cache used without one, as in tests.
 		upstream.Register()
 		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
-			etcdWatchRestarts, relistsCounter, etcdWatchGap)
+			historyBytesGauge, historyEvictedCounter, etcdWatchRestarts, relistsCounter, etcdWatchGap)
 	})
 }
 
@@ -91,6 +102,8 @@ type cacheMetrics struct {
 	synced, lagging  compbasemetrics.GaugeMetric
 	snapshots        compbasemetrics.GaugeMetric
 	history          compbasemetrics.GaugeMetric
+	historyBytes     compbasemetrics.GaugeMetric
+	evicted          compbasemetrics.CounterMetric
 	capacity         compbasemetrics.GaugeMetric
 	watchGap         compbasemetrics.ObserverMetric
 }
@@ -114,6 +127,8 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 		lagging:          watchersGauge.WithLabelValues(g, r, "catching_up"),
 		snapshots:        snapshotsGauge.WithLabelValues(g, r),
 		history:          historyEventsGauge.WithLabelValues(g, r),
+		historyBytes:     historyBytesGauge.WithLabelValues(g, r),
+		evicted:          historyEvictedCounter.WithLabelValues(g, r),
 		capacity:         upstream.WatchCacheCapacity.WithLabelValues(g, r),
 		watchGap:         etcdWatchGap.WithLabelValues(g, r),
 	}

@@ -113,6 +113,17 @@ func newWatcher(d *dispatcher, key string, recursive bool, pred storage.Selectio
 }
 
 // covers reports whether the watch covers key.
+// drained reports whether the consumer has taken everything sent so far,
+// or stopped.
+func (w *watcher) drained() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return len(w.ch) == 0
+	}
+}
+
 func (w *watcher) covers(key string) bool { return inScope(w.key, w.recursive, key) }
 
 // inScope reports whether key falls under a request for prefix: below it

@@ -26,6 +26,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
+	cliflag "k8s.io/component-base/cli/flag"
 	netutils "k8s.io/utils/net"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
@@ -136,35 +137,54 @@ func NewOptions(out io.Writer) *Options {
 	return o
 }
 
-// AddFlags registers every flag.
-func (o *Options) AddFlags(fs *pflag.FlagSet) {
+// AddFlags registers every flag on fs and returns them by section, for
+// --help.
+func (o *Options) AddFlags(fs *pflag.FlagSet) cliflag.NamedFlagSets {
 	o.flags = fs
-	fs.StringVar(&o.Mode, "mode", o.Mode, "standalone: no kube-apiserver needed; own certificates, client-certificate "+
+	var fss cliflag.NamedFlagSets
+	main := fss.FlagSet("cached-apiserver")
+	main.StringVar(&o.Mode, "mode", o.Mode, "standalone: no kube-apiserver needed; own certificates, client-certificate "+
 		"authentication, system:masters authorized. aggregated: behind the kube-aggregator with delegated "+
 		"authentication and authorization.")
-	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the embedded etcd's data and, in standalone mode, "+
+	main.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the embedded etcd's data and, in standalone mode, "+
 		"the certificates and the kubeconfig.")
-	fs.BoolVar(&o.ConsistentReadFallback, "watch-cache-consistent-read-fallback", o.ConsistentReadFallback,
-		"Serve reads from etcd while the watch cache is initializing or cannot catch up within 3s, instead of "+
-			"answering 429 Too Many Requests. Off by default: under load the fallback moves the whole read load onto etcd.")
-	fs.DurationVar(&o.ConsistencyCheckInterval, "watch-cache-consistency-check-interval", o.ConsistencyCheckInterval,
-		"How often each resource's watch cache compares its keys and resourceVersions with etcd's, read keys-only, "+
-			"and re-lists when they differ (each wait jittered up to 1.5x). 0 turns the check off.")
-	fs.Int64Var(&o.WarmStartRevisions, "watch-cache-warm-start-revisions", o.WarmStartRevisions,
-		"How many etcd revisions back each watch cache reaches when it starts, to fill its history from etcd's, so "+
-			"that clients resuming from a resourceVersion older than the start get events instead of 410. etcd's "+
-			"compaction bounds it too. 0 starts with an empty history, as upstream's cache does.")
-	fs.Var(&o.HistoryBudget, "watch-cache-history-budget",
-		"The most memory, estimated, that each resource's watch cache history may hold in object versions, as a "+
-			"quantity (512Mi). Past it the oldest events leave even inside the history window, and a watch from their "+
-			"resourceVersions gets 410 Gone. 0 is no budget.")
-	fs.IntVar(&o.MaxWatches, "max-watches", o.MaxWatches,
+	main.IntVar(&o.MaxWatches, "max-watches", o.MaxWatches,
 		"The most watch requests (watch-lists included) this server serves at once. Past it a new watch gets "+
 			"429 Too Many Requests with Retry-After; open watches are untouched. An open watch costs the server "+
 			"40-100 KiB. 0 is no limit.")
-	o.Recommended.AddFlags(fs)
-	o.ServerRun.AddUniversalFlags(fs)
-	o.EmbeddedEtcd.AddFlags(fs)
+
+	wc := fss.FlagSet("watch cache")
+	wc.BoolVar(&o.ConsistentReadFallback, "watch-cache-consistent-read-fallback", o.ConsistentReadFallback,
+		"Serve reads from etcd while the watch cache is initializing or cannot catch up within 3s, instead of "+
+			"answering 429 Too Many Requests. Off by default: under load the fallback moves the whole read load onto etcd.")
+	wc.DurationVar(&o.ConsistencyCheckInterval, "watch-cache-consistency-check-interval", o.ConsistencyCheckInterval,
+		"How often each resource's watch cache compares its keys and resourceVersions with etcd's, read keys-only, "+
+			"and re-lists when they differ (each wait jittered up to 1.5x). 0 turns the check off.")
+	wc.Int64Var(&o.WarmStartRevisions, "watch-cache-warm-start-revisions", o.WarmStartRevisions,
+		"How many etcd revisions back each watch cache reaches when it starts, to fill its history from etcd's, so "+
+			"that clients resuming from a resourceVersion older than the start get events instead of 410. etcd's "+
+			"compaction bounds it too. 0 starts with an empty history, as upstream's cache does.")
+	wc.Var(&o.HistoryBudget, "watch-cache-history-budget",
+		"The most memory, estimated, that each resource's watch cache history may hold in object versions, as a "+
+			"quantity (512Mi). Past it the oldest events leave even inside the history window, and a watch from their "+
+			"resourceVersions gets 410 Gone. 0 is no budget.")
+
+	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
+	o.EmbeddedEtcd.AddFlags(fss.FlagSet("embedded etcd"))
+	o.Recommended.SecureServing.AddFlags(fss.FlagSet("secure serving"))
+	o.Recommended.Authentication.AddFlags(fss.FlagSet("authentication"))
+	o.Recommended.Authorization.AddFlags(fss.FlagSet("authorization"))
+	o.Recommended.Audit.AddFlags(fss.FlagSet("auditing"))
+	o.Recommended.Features.AddFlags(fss.FlagSet("features"))
+	o.Recommended.CoreAPI.AddFlags(fss.FlagSet("kube-apiserver connection"))
+	o.Recommended.Admission.AddFlags(fss.FlagSet("admission"))
+	o.Recommended.EgressSelector.AddFlags(fss.FlagSet("egress selector"))
+	o.Recommended.Traces.AddFlags(fss.FlagSet("traces"))
+	o.ServerRun.AddUniversalFlags(fss.FlagSet("limits and shutdown"))
+	for _, name := range fss.Order {
+		fs.AddFlagSet(fss.FlagSets[name])
+	}
+	return fss
 }
 
 // Complete fills in what depends on other options.

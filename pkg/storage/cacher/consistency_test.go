@@ -53,7 +53,7 @@ func (c *Cacher) dropFromStateForTest(t *testing.T, key string) {
 		t.Fatalf("the cache does not hold %s", key)
 	}
 	s.indexLocked(o, false)
-	s.snapshots[len(s.snapshots)-1].tree = s.tree.Clone()
+	s.changed = true
 }
 
 // putInStateForTest puts obj into the cache's current state under key,
@@ -66,7 +66,7 @@ func (c *Cacher) putInStateForTest(t *testing.T, key string, rv uint64) {
 	defer s.mu.Unlock()
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: key[strings.LastIndex(key, "/")+1:], Namespace: "ns", ResourceVersion: fmt.Sprint(rv)}}
 	s.tree.ReplaceOrInsert(&object{key: key, obj: pod, co: newCachingObject(pod), rv: rv})
-	s.snapshots[len(s.snapshots)-1].tree = s.tree.Clone()
+	s.changed = true
 }
 
 // TestConsistencyCheck corrupts the cache and checks that the periodic

@@ -219,6 +219,24 @@ func (l *eventLog) after(rv uint64, limit int) (events []*event, ok bool) {
 	return events, true
 }
 
+// between returns the events with resourceVersions in (rv, upTo], in
+// order; ok is false when the log no longer holds all of them.
+func (l *eventLog) between(rv, upTo uint64) (events []*event, ok bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if rv < l.since {
+		return nil, false
+	}
+	for i := l.searchLocked(rv); i < l.n; i++ {
+		e := l.ring[(l.start+i)%len(l.ring)]
+		if e.rv > upTo {
+			break
+		}
+		events = append(events, e)
+	}
+	return events, true
+}
+
 // searchLocked returns the index of the first event newer than rv.
 func (l *eventLog) searchLocked(rv uint64) int {
 	lo, hi := 0, l.n

@@ -25,9 +25,13 @@ type snapshot struct {
 }
 
 // store holds the current objects ordered by key, live indexes over them,
-// and a point-in-time snapshot per resourceVersion still in the event log.
-// Snapshots are copy-on-write clones of the tree: O(1) to take, and a write
-// after one copies only the nodes on its path.
+// and point-in-time snapshots: copy-on-write clones of the tree, O(1) to
+// take, after which a write copies only the nodes on its path.
+//
+// Snapshots are taken when a reader asks for the current state, not at
+// every event: a clone per event made every write copy its path, about
+// 2 KiB an event kept for the whole history. A state between snapshots is
+// rebuilt by undoing the events after it (at).
 type store struct {
 	indexers map[string]func(*object) []string
 
@@ -38,8 +42,10 @@ type store struct {
 	rv uint64
 	// indexes map index name → value → key → object, for the current state.
 	indexes map[string]map[string]map[string]*object
-	// snapshots are ordered by rv; the last one is the current state.
+	// snapshots are ordered by rv, each the state after every event up to
+	// its rv; changed is whether the tree changed since the last one.
 	snapshots []snapshot
+	changed   bool
 }
 
 func newStore(indexers map[string]func(*object) []string) *store {
@@ -63,9 +69,10 @@ func (s *store) replace(objs []*object, rv uint64) {
 		s.indexLocked(o, true)
 	}
 	s.snapshots = []snapshot{{rv: rv, tree: s.tree.Clone()}}
+	s.changed = false
 }
 
-// apply records an event's effect and takes a snapshot at its resourceVersion.
+// apply records an event's effect.
 func (s *store) apply(e *event) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -79,7 +86,7 @@ func (s *store) apply(e *event) {
 		s.indexLocked(e.cur, true)
 	}
 	s.rv = e.rv
-	s.snapshots = append(s.snapshots, snapshot{rv: e.rv, tree: s.tree.Clone()})
+	s.changed = true
 }
 
 // advance moves the state's resourceVersion forward with no change, on a
@@ -122,20 +129,55 @@ func (s *store) get(key string) (*object, bool) {
 // the newest resourceVersion the store knows, which may be past the last
 // event after a progress notification.
 func (s *store) latest() snapshot {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.latestLocked()
+}
+
+func (s *store) latestLocked() snapshot {
+	if s.changed || len(s.snapshots) == 0 {
+		s.snapshots = append(s.snapshots, snapshot{rv: s.rv, tree: s.tree.Clone()})
+		s.changed = false
+	}
 	return snapshot{rv: s.rv, tree: s.snapshots[len(s.snapshots)-1].tree}
 }
 
-// at returns the state at exactly rv, if the store still holds it.
-func (s *store) at(rv uint64) (snapshot, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if rv > s.rv || len(s.snapshots) == 0 || rv < s.snapshots[0].rv {
+// at returns the state at exactly rv, if the store can tell it: the
+// nearest snapshot at or after rv with the events after rv undone, newest
+// first. eventsBetween returns the events in (rv, upTo], and false when
+// the history no longer holds them all.
+func (s *store) at(rv uint64, eventsBetween func(rv, upTo uint64) ([]*event, bool)) (snapshot, bool) {
+	s.mu.Lock()
+	if rv > s.rv {
+		s.mu.Unlock()
 		return snapshot{}, false
 	}
-	i := sort.Search(len(s.snapshots), func(i int) bool { return s.snapshots[i].rv > rv })
-	return snapshot{rv: rv, tree: s.snapshots[i-1].tree}, true
+	i := sort.Search(len(s.snapshots), func(i int) bool { return s.snapshots[i].rv >= rv })
+	var base snapshot
+	if i < len(s.snapshots) {
+		base = s.snapshots[i]
+	} else {
+		base = s.latestLocked()
+	}
+	s.mu.Unlock()
+	// Snapshots and logged events are immutable: no lock is needed from here.
+	events, ok := eventsBetween(rv, base.rv)
+	if !ok {
+		return snapshot{}, false
+	}
+	if len(events) == 0 {
+		return snapshot{rv: rv, tree: base.tree}, true
+	}
+	tree := base.tree.Clone()
+	for i := len(events) - 1; i >= 0; i-- {
+		switch e := events[i]; e.typ {
+		case watch.Added:
+			tree.Delete(e.cur)
+		default:
+			tree.ReplaceOrInsert(e.prev)
+		}
+	}
+	return snapshot{rv: rv, tree: tree}, true
 }
 
 // byIndex returns the current objects whose index name has value, ordered
@@ -154,17 +196,17 @@ func (s *store) byIndex(name, value string) (objs []*object, rv uint64, ok bool)
 	return objs, s.rv, true
 }
 
-// prune drops snapshots older than rv, keeping the one that covers rv.
+// prune drops snapshots older than rv: the events after them have left
+// the history, and a state from rv on is rebuilt from a newer snapshot.
 func (s *store) prune(rv uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	i := sort.Search(len(s.snapshots), func(i int) bool { return s.snapshots[i].rv > rv })
-	if i > 1 {
-		// snapshots[i-1] still covers rv; everything before it is older.
+	i := sort.Search(len(s.snapshots), func(i int) bool { return s.snapshots[i].rv >= rv })
+	if i > 0 {
 		// Clearing lets the dropped trees be collected; append reallocates
 		// the shrinking slice in time, so this stays amortized O(1).
-		clear(s.snapshots[:i-1])
-		s.snapshots = s.snapshots[i-1:]
+		clear(s.snapshots[:i])
+		s.snapshots = s.snapshots[i:]
 	}
 }
 

@@ -28,6 +28,8 @@ type Cacher struct {
 	log     *eventLog
 	d       *dispatcher
 	ready   *readiness
+	// expiry forgets objects' encodings after Config.EncodingTTL; nil keeps them.
+	expiry *encodingExpiry
 
 	// relistRequests carries the consistency check's request to list again.
 	relistRequests chan string
@@ -63,6 +65,9 @@ func New(cfg Config) (*Cacher, error) {
 		relistRequests: make(chan string, 1), etcdAnswered: make(chan struct{}, 1)}
 	c.outage.cache = c
 	c.store = newStore(c.indexFuncs())
+	if cfg.EncodingTTL > 0 {
+		c.expiry = newEncodingExpiry(cfg.EncodingTTL, cfg.Clock)
+	}
 	c.log = newEventLog(cfg.HistoryWindow, cfg.MinHistorySize, cfg.MaxHistorySize).withBudget(max(cfg.HistoryBudget, 0))
 	c.d = newDispatcher(c.store, c.log, cfg.Versioner, cfg.NewFunc, cfg.Clock, cfg.BookmarkFrequency, c.metrics)
 	if err := cfg.Storage.EnableResourceSizeEstimation(c.keys); err != nil {
@@ -106,6 +111,9 @@ func (c *Cacher) tick(ctx context.Context) {
 			return
 		case now := <-bookmarks.C():
 			c.d.sendBookmarks(now)
+			if c.expiry != nil {
+				c.expiry.expire()
+			}
 			c.d.compacted(c.cfg.Storage.CompactRevision())
 			c.d.recordGauges()
 		case <-progress:

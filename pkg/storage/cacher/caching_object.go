@@ -25,6 +25,9 @@ type cachingObject struct {
 	// obj is shared by every reader and never mutated.
 	obj runtime.Object
 
+	// expiry, if set, forgets the encodings a while after the first.
+	expiry *encodingExpiry
+
 	// mu guards encodings.
 	mu        sync.RWMutex
 	encodings map[runtime.Identifier]*encoding
@@ -56,7 +59,8 @@ func (o *cachingObject) CacheEncode(id runtime.Identifier, encode func(runtime.O
 		var buf bytes.Buffer
 		// encode owns what it is given; it may set the type meta.
 		e.err = encode(o.obj.DeepCopyObject(), &buf)
-		e.raw = buf.Bytes()
+		// The buffer's spare capacity, up to its size again, would be kept too.
+		e.raw = bytes.Clone(buf.Bytes())
 	})
 	if e.err != nil {
 		return e.err
@@ -73,15 +77,28 @@ func (o *cachingObject) encoding(id runtime.Identifier) *encoding {
 		return e
 	}
 	o.mu.Lock()
-	defer o.mu.Unlock()
+	first := o.encodings == nil
 	if e, ok = o.encodings[id]; !ok {
-		if o.encodings == nil {
+		if first {
 			o.encodings = map[runtime.Identifier]*encoding{}
 		}
 		e = &encoding{}
 		o.encodings[id] = e
 	}
+	o.mu.Unlock()
+	// Outside o.mu: expiry takes its own lock, then this object's.
+	if first && o.expiry != nil {
+		o.expiry.add(o)
+	}
 	return e
+}
+
+// dropEncodings forgets every encoding; one in progress completes for its
+// callers, and the next caller encodes again.
+func (o *cachingObject) dropEncodings() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.encodings = nil
 }
 
 // GetObject implements runtime.CacheableObject: the caller owns the copy.

@@ -25,6 +25,10 @@ const (
 	// event log holds: the history window's worth of 1 KiB objects at
 	// about 5,000 writes a second.
 	DefaultHistoryBudget = 512 << 20
+	// DefaultEncodingTTL is how long an object keeps the encodings made
+	// to send it: the seconds an event or a watch-list's initial state takes
+	// to reach every watcher, with room for slow ones.
+	DefaultEncodingTTL = 10 * time.Second
 	// DefaultBookmarkFrequency is how often a watcher gets a bookmark, as upstream.
 	DefaultBookmarkFrequency = time.Minute
 	// DefaultFreshnessTimeout bounds waits for the cache to reach a
@@ -87,6 +91,11 @@ type Config struct {
 	// window, and a watch from their resourceVersions gets 410. Default
 	// DefaultHistoryBudget; negative is no budget.
 	HistoryBudget int64
+	// EncodingTTL is how long a cached object keeps an encoding made for a
+	// watcher, counted from its first: watchers that receive it within the
+	// TTL share one encoding, a later one encodes again. Default
+	// DefaultEncodingTTL; negative keeps them while the object is current.
+	EncodingTTL time.Duration
 	// BookmarkFrequency is how often watchers get bookmarks. Default one minute.
 	BookmarkFrequency time.Duration
 	// FreshnessTimeout bounds waits for the cache to reach a resourceVersion.
@@ -147,6 +156,7 @@ func (c *Config) complete() error {
 	setDefault(&c.MinHistorySize, DefaultMinHistorySize)
 	setDefault(&c.MaxHistorySize, DefaultMaxHistorySize)
 	setDefault(&c.HistoryBudget, DefaultHistoryBudget)
+	setDefault(&c.EncodingTTL, DefaultEncodingTTL)
 	setDefault(&c.BookmarkFrequency, DefaultBookmarkFrequency)
 	setDefault(&c.FreshnessTimeout, DefaultFreshnessTimeout)
 	setDefault(&c.ProgressRequestInterval, DefaultProgressRequestInterval)

@@ -172,6 +172,7 @@ func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
 		return nil, fmt.Errorf("resourceVersion of %s: %w", key, err)
 	}
 	o := &object{key: key, obj: obj, co: newCachingObject(obj), labels: l, fields: f, rv: rv, bytes: approximateSize(obj)}
+	o.co.expiry = c.expiry
 	if c.cfg.TriggerField != "" {
 		o.trigger = c.cfg.IndexerFuncs[c.cfg.TriggerField](obj)
 	}

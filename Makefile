@@ -78,7 +78,7 @@ bench-http:
 
 ## bench-scale: data at scale (10,000 and 100,000 objects of 1 KiB, 10,000 of 10 KiB) through our
 ## server and the upstream-wired one, each with its own etcd in its own process: memory, list
-## latencies, concurrent lists, watch-lists beside writes, restart (about 25 min a repeat).
+## latencies, concurrent lists, watch-lists beside writes, restarts (about 20 min a repeat).
 SCALE_FILTER ?= BenchmarkScale
 bench-scale:
 	mkdir -p $(BIN)

@@ -159,8 +159,11 @@ func (s *store) at(rv uint64, eventsBetween func(rv, upTo uint64) ([]*event, boo
 	} else {
 		base = s.latestLocked()
 	}
+	// Clone writes to the tree it clones (its copy-on-write marker), so
+	// two readers must not clone one snapshot at once.
+	tree := base.tree.Clone()
 	s.mu.Unlock()
-	// Snapshots and logged events are immutable: no lock is needed from here.
+	// Logged events are immutable, and the clone is this reader's own.
 	events, ok := eventsBetween(rv, base.rv)
 	if !ok {
 		return snapshot{}, false
@@ -168,7 +171,6 @@ func (s *store) at(rv uint64, eventsBetween func(rv, upTo uint64) ([]*event, boo
 	if len(events) == 0 {
 		return snapshot{rv: rv, tree: base.tree}, true
 	}
-	tree := base.tree.Clone()
 	for i := len(events) - 1; i >= 0; i-- {
 		switch e := events[i]; e.typ {
 		case watch.Added:

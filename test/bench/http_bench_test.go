@@ -162,21 +162,7 @@ func runHTTP(b *testing.B, impl string, sc scenario) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	var cfg *rest.Config
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return false, nil
-		}
-		c.QPS, c.Burst = -1, -1
-		if _, err := versioned.NewForConfigOrDie(c).FleetV1beta1().Assignments("bench").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-			return false, nil
-		}
-		cfg = c
-		return true, nil
-	}); err != nil {
-		b.Fatalf("server never served: %v", err)
-	}
+	cfg := waitServing(ctx, b, kubeconfig)
 	client := versioned.NewForConfigOrDie(cfg)
 	list, err := client.FleetV1beta1().Assignments("bench").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -283,6 +269,27 @@ func profile(ctx context.Context, cfg *rest.Config, path string) {
 	if err == nil {
 		_ = os.WriteFile(path, data, 0o600)
 	}
+}
+
+// waitServing waits until the server behind kubeconfig, which it writes
+// once it runs, answers a list, and returns an unthrottled config for it.
+func waitServing(ctx context.Context, b *testing.B, kubeconfig string) *rest.Config {
+	var cfg *rest.Config
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return false, nil
+		}
+		c.QPS, c.Burst = -1, -1
+		if _, err := versioned.NewForConfigOrDie(c).FleetV1beta1().Assignments("bench").List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			return false, nil
+		}
+		cfg = c
+		return true, nil
+	}); err != nil {
+		b.Fatalf("server never served: %v", err)
+	}
+	return cfg
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {

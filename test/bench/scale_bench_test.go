@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/loopbacketcd"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
@@ -103,7 +102,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	srv.start(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := waitServing(ctx, b, filepath.Join(dir, "server", "kubeconfig"), 0)
+	cfg := waitServing(ctx, b, filepath.Join(dir, "server", "kubeconfig"))
 	client := versioned.NewForConfigOrDie(cfg)
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -170,33 +169,6 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// waitServing waits until the server serves a consistent list of at least
-// want objects, and returns a config for it.
-func waitServing(ctx context.Context, b *testing.B, kubeconfig string, want int) *rest.Config {
-	var cfg *rest.Config
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return false, nil
-		}
-		c.QPS, c.Burst = -1, -1
-		list, err := versioned.NewForConfigOrDie(c).FleetV1beta1().Assignments("").List(ctx, metav1.ListOptions{Limit: 1})
-		if err != nil {
-			return false, nil
-		}
-		count := len(list.Items)
-		if list.RemainingItemCount != nil {
-			count += int(*list.RemainingItemCount)
-		}
-		cfg = c
-		return count >= want, nil
-	})
-	if err != nil {
-		b.Fatalf("the server never served %d objects: %v", want, err)
-	}
-	return cfg
-}
 
 // waitCacheReady polls, without client-go's retries after 429, for the
 // last object loaded through an RV 0 list, which both caches serve only

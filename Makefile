@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build run kubectl test test-unit test-race test-integration test-faults chaos generate verify bench bench-store bench-http bench-scale clean
+.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-integration test-faults chaos generate verify bench bench-store bench-http bench-scale clean
 
 all: build
 
@@ -23,6 +23,11 @@ run: build
 kubectl:
 	hack/build-kubectl.sh
 
+## kube-apiserver: build upstream's kube-apiserver (k8s.io/kubernetes, pinned in the separate
+## module hack/kube-apiserver) into bin/, for the control-plane tests. Cached like kubectl.
+kube-apiserver:
+	hack/build-kube-apiserver.sh
+
 ## test: every unit and integration test, with -race on the watch cache, and
 ## the short fault suite: leader loss against our server and the upstream-wired
 ## one, a 15 s blackhole against ours, and one injected cache bug the harness
@@ -35,7 +40,9 @@ test-unit:
 test-race:
 	$(GO) test $(TEST_FLAGS) -race ./pkg/storage/cacher/...
 
-test-integration:
+# The control-plane tests run bin/kube-apiserver; build it first, outside
+# the tests' timeout (a few minutes cold, nothing when cached).
+test-integration: kube-apiserver
 	$(GO) test $(TEST_FLAGS) ./test/integration/...
 
 test-faults:

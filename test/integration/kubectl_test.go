@@ -19,25 +19,42 @@ type kubectl struct {
 	bin, kubeconfig string
 }
 
-var buildKubectl sync.Once
-
 func newKubectl(t *testing.T, s *testServer) kubectl {
+	t.Helper()
+	return kubectl{bin: buildTool(t, "build-kubectl.sh", "kubectl"), kubeconfig: s.Kubeconfig}
+}
+
+// toolBuild is one hack/ build script's run.
+type toolBuild struct {
+	once sync.Once
+	err  error
+}
+
+// toolBuilds maps a build script to its run, so that each runs once per
+// test binary.
+var toolBuilds sync.Map
+
+// buildTool runs hack/<script>, once, and returns bin/<name>. The scripts
+// reuse a binary that is up to date (make test builds kube-apiserver before
+// the tests); a missing binary is built here, never skipped.
+func buildTool(t *testing.T, script, name string) string {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buildErr error
-	buildKubectl.Do(func() {
-		out, err := exec.Command(filepath.Join(root, "hack", "build-kubectl.sh")).CombinedOutput()
+	v, _ := toolBuilds.LoadOrStore(script, &toolBuild{})
+	b := v.(*toolBuild)
+	b.once.Do(func() {
+		out, err := exec.Command(filepath.Join(root, "hack", script)).CombinedOutput()
 		if err != nil {
-			buildErr = fmt.Errorf("hack/build-kubectl.sh: %v\n%s", err, out)
+			b.err = fmt.Errorf("hack/%s: %v\n%s", script, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return kubectl{bin: filepath.Join(root, "bin", "kubectl"), kubeconfig: s.Kubeconfig}
+	return filepath.Join(root, "bin", name)
 }
 
 func (k kubectl) run(t *testing.T, args ...string) string {

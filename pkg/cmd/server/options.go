@@ -282,9 +282,12 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	serverConfig.OpenAPIV3Config.Info.Version = "v1beta1"
 
 	maxWatches := o.MaxWatches
+	var authReady *apiserver.AuthenticationReady // set below, once authentication is configured
 	serverConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
-		// Innermost, so that the request is authenticated and its info known.
-		return genericapiserver.DefaultBuildHandlerChain(apiserver.WithWatchLimit(h, maxWatches, c.Serializer), c)
+		// The watch limit innermost, so that the request is authenticated
+		// and its info known; the wait for the client CAs outermost.
+		return authReady.WithAuthenticationReady(
+			genericapiserver.DefaultBuildHandlerChain(apiserver.WithWatchLimit(h, maxWatches, c.Serializer), c))
 	}
 
 	// ServerRun first: the feature options read the max-in-flight limits it sets.
@@ -299,6 +302,14 @@ func (o *Options) Config() (*apiserver.Config, error) {
 			return nil, err
 		}
 	}
+	// Requests wait for the CA they are authenticated with, and /readyz
+	// fails until it is loaded: the front-proxy CA behind a kube-apiserver.
+	authCA := serverConfig.SecureServing.ClientCA
+	if rh := serverConfig.Authentication.RequestHeaderConfig; rh != nil {
+		authCA = rh.CAContentProvider
+	}
+	authReady = apiserver.NewAuthenticationReady(apiserver.AuthenticationReadyConfig{CA: authCA, Serializer: serverConfig.Serializer})
+	serverConfig.AddReadyzChecks(authReady.Check())
 	sizes, err := genericoptions.ParseWatchCacheSizes(o.Recommended.Etcd.WatchCacheSizes)
 	if err != nil {
 		return nil, fmt.Errorf("--watch-cache-sizes: %w", err)

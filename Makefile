@@ -89,7 +89,7 @@ bench-http:
 SCALE_FILTER ?= BenchmarkScale
 bench-scale:
 	mkdir -p $(BIN)
-	set -o pipefail; cd test/bench && $(GO) test -run '^$$' -bench '$(SCALE_FILTER)' -benchtime=1x \
+	set -o pipefail; cd test/bench && $(GO) test -run '^$$' -bench '$(value SCALE_FILTER)' -benchtime=1x \
 	  -count=$(BENCH_COUNT) -timeout 180m . | tee $(CURDIR)/$(BIN)/bench-scale.txt | $(GO) run ../../hack/tools/benchtable
 
 generate:

@@ -166,6 +166,13 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	waitCacheReady(ctx, b, hc, base, sz.objects)
 	heap, _ = serverMemory(ctx, b, hc, cfg.Host, srv.cmd.Process.Pid)
 	b.ReportMetric(float64(heap)/float64(sz.objects), "drained-heap-B/object")
+	if dir := os.Getenv("SCALE_HEAP_PROFILES"); dir != "" {
+		// For go tool pprof -diff_base: what each server holds with no history.
+		path := filepath.Join(dir, fmt.Sprintf("drained-%s-%d.pb.gz", impl, sz.objects))
+		if err := os.WriteFile(path, get(ctx, b, hc, cfg.Host+"/debug/pprof/heap?gc=1"), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -30,6 +30,8 @@ type Cacher struct {
 	ready   *readiness
 	// expiry forgets objects' encodings after Config.EncodingTTL; nil keeps them.
 	expiry *encodingExpiry
+	// intern shares equal metadata between the objects the cache holds.
+	intern *interner
 
 	// relistRequests carries the consistency check's request to list again.
 	relistRequests chan string
@@ -64,6 +66,7 @@ func New(cfg Config) (*Cacher, error) {
 	c := &Cacher{cfg: cfg, metrics: newCacheMetrics(cfg.GroupResource), ready: newReadiness(), done: make(chan struct{}),
 		relistRequests: make(chan string, 1), etcdAnswered: make(chan struct{}, 1)}
 	c.outage.cache = c
+	c.intern = newInterner(defaultInternBudget)
 	c.store = newStore(c.indexFuncs())
 	if cfg.EncodingTTL > 0 {
 		c.expiry = newEncodingExpiry(cfg.EncodingTTL, cfg.Clock)

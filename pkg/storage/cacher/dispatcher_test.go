@@ -43,7 +43,7 @@ func (d *testDispatcher) put(name string, lbls map[string]string, node string) {
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: lbls,
 		ResourceVersion: fmt.Sprint(d.rv)}, Spec: example.PodSpec{NodeName: node}}
 	o := &object{key: "/pods/ns/" + name, obj: pod, co: newCachingObject(pod), labels: lbls,
-		fields: fields.Set{"spec.nodeName": node}, rv: d.rv, trigger: node}
+		fields: newFieldSet(fields.Set{"spec.nodeName": node}), rv: d.rv, trigger: node}
 	prev, _ := d.store.get(o.key)
 	typ := watch.Added
 	if prev != nil {

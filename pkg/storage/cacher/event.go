@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -20,7 +19,7 @@ type object struct {
 	obj    runtime.Object
 	co     *cachingObject
 	labels labels.Set
-	fields fields.Set
+	fields fieldSet
 	rv     uint64
 	// trigger is the value of Config.TriggerField, if any.
 	trigger string

@@ -163,6 +163,8 @@ func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("key of %T: %w", obj, err)
 	}
+	// Before the attributes, which may share the object's label map.
+	c.intern.object(obj)
 	l, f, err := c.cfg.GetAttrsFunc(obj)
 	if err != nil {
 		return nil, fmt.Errorf("attributes of %s: %w", key, err)
@@ -171,7 +173,7 @@ func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resourceVersion of %s: %w", key, err)
 	}
-	o := &object{key: key, obj: obj, co: newCachingObject(obj), labels: l, fields: f, rv: rv, bytes: approximateSize(obj)}
+	o := &object{key: key, obj: obj, co: newCachingObject(obj), labels: l, fields: newFieldSet(f), rv: rv, bytes: approximateSize(obj)}
 	o.co.expiry = c.expiry
 	if c.cfg.TriggerField != "" {
 		o.trigger = c.cfg.IndexerFuncs[c.cfg.TriggerField](obj)

@@ -85,12 +85,14 @@ bench-http:
 
 ## bench-scale: data at scale (10,000 and 100,000 objects of 1 KiB, 10,000 of 10 KiB) through our
 ## server and the upstream-wired one, each with its own etcd in its own process: memory, list
-## latencies, concurrent lists, watch-lists beside writes, restarts (about 20 min a repeat).
+## latencies, concurrent lists, watch-lists beside writes, restarts (about 20 min a repeat). The
+## table goes to stdout, the raw output to bin/bench-scale.txt, a chart of the ratios to bin/bench-scale.png.
 SCALE_FILTER ?= BenchmarkScale
 bench-scale:
 	mkdir -p $(BIN)
 	set -o pipefail; cd test/bench && $(GO) test -run '^$$' -bench '$(value SCALE_FILTER)' -benchtime=1x \
-	  -count=$(BENCH_COUNT) -timeout 180m . | tee $(CURDIR)/$(BIN)/bench-scale.txt | $(GO) run ../../hack/tools/benchtable
+	  -count=$(BENCH_COUNT) -timeout 180m . | tee $(CURDIR)/$(BIN)/bench-scale.txt \
+	  | $(GO) run ../../hack/tools/benchtable -chart $(CURDIR)/$(BIN)/bench-scale.png -title "make bench-scale: ours ÷ upstream"
 
 generate:
 	hack/update-codegen.sh

@@ -72,7 +72,13 @@ func freePort(b *testing.B) int {
 // process is a child process that ends with the benchmark.
 func start(b *testing.B, bin string, args ...string) *exec.Cmd {
 	cmd := exec.Command(bin, args...)
-	cmd.Stderr = nil
+	// The process's log, printed if the benchmark fails.
+	logPath := filepath.Join(b.TempDir(), filepath.Base(bin)+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = logFile
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -88,6 +94,15 @@ func start(b *testing.B, bin string, args ...string) *exec.Cmd {
 		case <-done:
 		case <-time.After(30 * time.Second):
 			_ = cmd.Process.Kill()
+		}
+		logFile.Close()
+		if b.Failed() {
+			if out, err := os.ReadFile(logPath); err == nil {
+				if len(out) > 8<<10 {
+					out = out[len(out)-8<<10:]
+				}
+				b.Logf("%s (pid %d) log, last 8 KiB:\n%s", filepath.Base(bin), cmd.Process.Pid, out)
+			}
 		}
 	})
 	go func() { // drain, so the child never blocks on a full pipe

@@ -462,6 +462,9 @@ func runProcess(t *testing.T, logPath, bin string, args ...string) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// If the test binary is killed, cleanups do not run: the kernel ends
+	// the process instead of leaving it behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ package main
 
 import (
 	"bufio"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,12 +21,21 @@ import (
 )
 
 func main() {
+	chartPath := flag.String("chart", "", "also draw ours ÷ upstream for every metric as a PNG at this path")
+	chartTitle := flag.String("title", "", "the chart's title")
+	flag.Parse()
 	t, err := parse(os.Stdin, os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(1)
 	}
 	t.write(os.Stdout)
+	if *chartPath != "" {
+		if err := t.chart(*chartPath, *chartTitle); err != nil {
+			fmt.Fprintln(os.Stderr, "benchtable: chart:", err)
+			os.Exit(1)
+		}
+	}
 }
 
 // implPattern finds the implementation in a benchmark name: …/ours-2,

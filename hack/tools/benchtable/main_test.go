@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -45,5 +48,34 @@ ok  	pkg	1s
 		if !strings.Contains(passthrough.String(), want) {
 			t.Errorf("%q did not pass through: %s", want, passthrough.String())
 		}
+	}
+}
+
+func TestChart(t *testing.T) {
+	in := `BenchmarkScale/objects=10/payload=1/impl=ours-2      1  1 ns/op  100 heap-B/object  4 list-ms
+BenchmarkScale/objects=10/payload=1/impl=upstream-2  1  1 ns/op  200 heap-B/object  2 list-ms
+BenchmarkScale/objects=10/payload=1/impl=ours-2      1  1 ns/op  0 only-ours
+`
+	tab, err := parse(strings.NewReader(in), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "chart.png")
+	if err := tab.chart(path, "test"); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil || !bytes.HasPrefix(data, []byte("\x89PNG")) {
+		t.Fatalf("no PNG written: %v", err)
+	}
+	if err := (&table{metrics: map[string][]string{}, values: map[key][]float64{}}).chart(path, ""); err == nil {
+		t.Errorf("an empty table drew a chart")
+	}
+	var got []string
+	for _, tick := range (ratioTicks{}).Ticks(-1.2, 1) {
+		got = append(got, tick.Label)
+	}
+	if strings.Join(got, " ") != "0.25× 0.5× 1× 2×" {
+		t.Errorf("ticks %q", got)
 	}
 }

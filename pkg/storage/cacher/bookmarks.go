@@ -105,13 +105,17 @@ func (d *dispatcher) beginShutdown() []*watcher {
 
 // bookmarkNowLocked offers a synced watcher a bookmark at the head, if it
 // accepts bookmarks and its channel has room, and reports whether it did.
+// A watcher that resumed from a resourceVersion ahead of this cache (one
+// another replica served it) gets a bookmark at its own resourceVersion:
+// never an older one, and without one it would end with nothing delivered
+// and make client-go re-list.
 func (d *dispatcher) bookmarkNowLocked(w *watcher) bool {
 	_, head := d.log.bounds()
-	if !w.bookmarks || w.state != synced || head < w.cursor {
+	if !w.bookmarks || w.state != synced {
 		return false
 	}
 	select {
-	case w.ch <- watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(head, false)}:
+	case w.ch <- watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(max(head, w.cursor), false)}:
 		return true
 	default:
 		return false

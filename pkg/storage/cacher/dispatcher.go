@@ -444,6 +444,10 @@ func (d *dispatcher) trySync(w *watcher) bool {
 	}
 	delete(d.lagging, w)
 	d.addLocked(w)
+	if d.shuttingDown {
+		// It was catching up when shutdown began, and got no bookmark then.
+		d.bookmarkNowLocked(w)
+	}
 	return true
 }
 

@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -64,4 +65,45 @@ func TestShutdownGivesUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.Begin(ctx) // returns: the test would time out otherwise
+}
+
+// TestShutdownBookmarksEveryWatcher checks the watchers Begin cannot
+// bookmark at once: one that resumed from a resourceVersion ahead of this
+// cache (served by another replica before) gets a bookmark at its own
+// resourceVersion, never an older one; one still catching up gets its
+// bookmark once it reaches the head. Without one, either would end with
+// nothing delivered and client-go would re-list.
+func TestShutdownBookmarksEveryWatcher(t *testing.T) {
+	d := newTestDispatcher(64)
+	for _, name := range []string{"a", "b", "c"} {
+		d.put(name, nil, "n1")
+	}
+	s := NewShutdown()
+	s.register(d.dispatcher)
+	withBookmarks := storage.Everything
+	withBookmarks.AllowWatchBookmarks = true
+
+	ahead := newWatcher(d.dispatcher, "/pods/", true, withBookmarks, 10)
+	if _, err := d.register(ahead, false, false, false, d.rv+5); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ahead.Stop)
+	// A buffer of one: the catch-up from the first event blocks on it.
+	behind := newWatcher(d.dispatcher, "/pods/", true, withBookmarks, 1)
+	if _, err := d.register(behind, false, false, false, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(behind.Stop)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go s.Begin(ctx)
+
+	if got := receive(t, ahead, 1); got[0].typ != watch.Bookmark || got[0].rv != fmt.Sprint(d.rv+5) {
+		t.Fatalf("a watcher ahead of the cache: got %v, want a bookmark at %d", got, d.rv+5)
+	}
+	got := receive(t, behind, 4)
+	if got[3].typ != watch.Bookmark || got[3].rv != fmt.Sprint(d.rv) {
+		t.Fatalf("a watcher catching up: got %v, want its 3 events, then a bookmark at %d", got, d.rv)
+	}
 }

@@ -35,6 +35,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	apiregistrationv1 "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	aggregatorclient "k8s.io/kube-aggregator/pkg/client/clientset_generated/clientset"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
@@ -190,7 +191,7 @@ func startControlPlane(t *testing.T, namespaces ...string) *controlPlane {
 	backendPort := ln.Addr().(*net.TCPAddr).Port
 	cp.Backend = "https://" + cp.backendAddr
 	toLocalhost(t, manifests, backendPort)
-	k := kubectl{bin: newKubectl(t, cp.Front).bin, kubeconfig: cp.Front.Kubeconfig}
+	k := newKubectl(t, cp.Front)
 	var apiservices []string
 	for _, f := range mustGlob(t, filepath.Join(manifests, "*.yaml")) {
 		if strings.HasPrefix(filepath.Base(f), "apiservice-") {
@@ -210,7 +211,7 @@ func startControlPlane(t *testing.T, namespaces ...string) *controlPlane {
 		cp.serverArgs = append(cp.serverArgs, misconfiguration...)
 	}
 	_, cp.stopServer = runServer(t, ln, cp.serverArgs)
-	waitReady(t, cp.direct(user.SystemPrivilegedGroup, user.SystemPrivilegedGroup))
+	waitReady(t, cp.direct(t, user.SystemPrivilegedGroup, user.SystemPrivilegedGroup))
 
 	for _, f := range apiservices {
 		k.run(t, "apply", "-f", f)
@@ -251,7 +252,7 @@ func toLocalhost(t *testing.T, manifests string, port int) {
 func (cp *controlPlane) serverKubeconfigFlags(t *testing.T) []string {
 	t.Helper()
 	token, err := cp.Kube.CoreV1().ServiceAccounts(deployNamespace).CreateToken(context.Background(), "cached-apiserver",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(3600))}},
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}},
 		metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -338,7 +339,7 @@ func (cp *controlPlane) restartServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, cp.stopServer = runServer(t, ln, cp.serverArgs)
-	waitReady(t, cp.direct(user.SystemPrivilegedGroup, user.SystemPrivilegedGroup))
+	waitReady(t, cp.direct(t, user.SystemPrivilegedGroup, user.SystemPrivilegedGroup))
 }
 
 // waitAvailable waits until the kube-apiserver's availability controller
@@ -406,14 +407,15 @@ func (cp *controlPlane) user(t *testing.T, name string, groups ...string) versio
 // direct is a config for our server itself, bypassing the kube-apiserver,
 // that presents the front-proxy client certificate and asserts name and
 // groups in request headers, as the aggregator does when it proxies.
-func (cp *controlPlane) direct(name string, groups ...string) *rest.Config {
+func (cp *controlPlane) direct(t *testing.T, name string, groups ...string) *rest.Config {
+	t.Helper()
 	cert, key, err := cp.frontProxyCA.Sign(pki.Client(frontProxyUser))
 	if err != nil {
-		panic(err)
+		t.Fatal(err)
 	}
 	keyPEM, err := pki.EncodeKey(key)
 	if err != nil {
-		panic(err)
+		t.Fatal(err)
 	}
 	cfg := cp.directAnonymous()
 	cfg.CertData, cfg.KeyData = pki.EncodeCert(cert), keyPEM
@@ -527,8 +529,6 @@ func writeYAML(t *testing.T, path string, obj any) {
 	}
 	writeFile(t, path, data)
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // statusOf returns the Status of an API error, or fails.
 func statusOf(t *testing.T, err error) metav1.Status {

@@ -1,10 +1,10 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +27,8 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/utils/ptr"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
@@ -109,9 +111,9 @@ func testControlPlaneRBAC(t *testing.T, cp *controlPlane) {
 	// ours, taken by a SubjectAccessReview to the kube-apiserver (counted
 	// by apiserver_delegated_authz_request_total). Users are new to our
 	// server, so its authorization cache has nothing for them.
-	before := metricSum(t, cp, "apiserver_delegated_authz_request_total")
+	before := delegatedRequests(t, "apiserver_delegated_authz_request_total")
 	direct := func(name string) versioned.Interface {
-		return versioned.NewForConfigOrDie(cp.direct(name, user.AllAuthenticated))
+		return versioned.NewForConfigOrDie(cp.direct(t, name, user.AllAuthenticated))
 	}
 	if _, err := direct("viewer").FleetV1beta1().Assignments("tenant").List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("viewer list straight to our server: %v", err)
@@ -123,7 +125,7 @@ func testControlPlaneRBAC(t *testing.T, cp *controlPlane) {
 	}
 	_, err = direct("nobody").FleetV1beta1().Assignments("tenant").List(ctx, metav1.ListOptions{})
 	wantForbidden(t, err, `assignments.fleet.example.com is forbidden: User "nobody" cannot list resource "assignments" in API group "fleet.example.com" in the namespace "tenant"`)
-	if got := metricSum(t, cp, "apiserver_delegated_authz_request_total") - before; got < 4 {
+	if got := delegatedRequests(t, "apiserver_delegated_authz_request_total") - before; got < 4 {
 		t.Errorf("our server made %v SubjectAccessReviews for 4 decisions, want 4 or more", got)
 	}
 
@@ -169,7 +171,7 @@ func testControlPlaneAuthentication(t *testing.T, cp *controlPlane) {
 	bind(t, cp, "tenant", "fleet.example.com:view",
 		rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace})
 	token, err := cp.Kube.CoreV1().ServiceAccounts("tenant").CreateToken(ctx, sa.Name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(600))}},
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(600))}},
 		metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +182,7 @@ func testControlPlaneAuthentication(t *testing.T, cp *controlPlane) {
 		return versioned.NewForConfigOrDie(cfg)
 	}
 
-	before := metricSum(t, cp, "apiserver_delegated_authn_request_total")
+	before := delegatedRequests(t, "apiserver_delegated_authn_request_total")
 	list, err := withToken(token.Status.Token).FleetV1beta1().Assignments("tenant").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("a ServiceAccount token straight to our server: %v", err)
@@ -188,7 +190,7 @@ func testControlPlaneAuthentication(t *testing.T, cp *controlPlane) {
 	if len(list.Items) == 0 {
 		t.Errorf("the ServiceAccount listed no assignments in tenant")
 	}
-	if got := metricSum(t, cp, "apiserver_delegated_authn_request_total") - before; got < 1 {
+	if got := delegatedRequests(t, "apiserver_delegated_authn_request_total") - before; got < 1 {
 		t.Errorf("our server accepted the token with %v TokenReviews, want 1 or more", got)
 	}
 	// Allowed to list in tenant only.
@@ -245,7 +247,7 @@ func testValidatingAdmissionPolicy(t *testing.T, cp *controlPlane) {
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "priority-cap"},
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: ptrTo(admissionregistrationv1.Fail),
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: &admissionregistrationv1.MatchResources{
 				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
 					RuleWithOperations: admissionregistrationv1.RuleWithOperations{
@@ -324,9 +326,9 @@ func testPriorityAndFairness(t *testing.T, cp *controlPlane) {
 		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
 			Type: flowcontrolv1.PriorityLevelEnablementLimited,
 			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-				NominalConcurrencyShares: ptrTo(int32(1)),
-				LendablePercent:          ptrTo(int32(0)),
-				BorrowingLimitPercent:    ptrTo(int32(0)),
+				NominalConcurrencyShares: ptr.To(int32(1)),
+				LendablePercent:          ptr.To(int32(0)),
+				BorrowingLimitPercent:    ptr.To(int32(0)),
 				LimitResponse:            flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeReject},
 			},
 		},
@@ -355,8 +357,8 @@ func testPriorityAndFairness(t *testing.T, cp *controlPlane) {
 	// Straight to our server, so that the kube-apiserver's own
 	// priority-and-fairness is out of the way: our server names the
 	// FlowSchema it chose in a response header once its informer has it.
-	flooder := cp.direct("flooder", user.AllAuthenticated)
-	bystander := cp.direct("bystander", user.AllAuthenticated)
+	flooder := cp.direct(t, "flooder", user.AllAuthenticated)
+	bystander := cp.direct(t, "bystander", user.AllAuthenticated)
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, controlPlaneWait(), true, func(ctx context.Context) (bool, error) {
 		return flowSchemaOf(t, flooder) == string(schema.UID), nil
 	})
@@ -442,14 +444,10 @@ func http429Client(t *testing.T, cfg *rest.Config) func() int {
 			return 0
 		}
 		defer res.Body.Close()
-		_, _ = bufio.NewReader(res.Body).WriteTo(discard{})
+		_, _ = io.Copy(io.Discard, res.Body)
 		return res.StatusCode
 	}
 }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // testInformerAcrossRestart runs an informer through the kube-apiserver
 // while our server restarts, and checks that it ends with every object
@@ -556,31 +554,12 @@ func waitInStore(t *testing.T, informer cache.SharedIndexInformer, name string) 
 	}
 }
 
-// metricSum sums a counter's series on our server's /metrics.
-func metricSum(t *testing.T, cp *controlPlane, name string) float64 {
+// delegatedRequests sums one of k8s.io/apiserver's delegated-authentication
+// or authorization request counters. Our server runs in the test process,
+// so its counters are in the process's registry.
+func delegatedRequests(t *testing.T, name string) float64 {
 	t.Helper()
-	cfg := cp.direct("harness-admin", user.SystemPrivilegedGroup)
-	rc, err := rest.UnversionedRESTClientFor(withNegotiation(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := rc.Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, line := range strings.Split(string(raw), "\n") {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		fields := strings.Fields(line)
-		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		sum += v
-	}
-	return sum
+	return metricValue(t, legacyregistry.DefaultGatherer, name, nil)
 }
 
 // tryRun runs kubectl and returns its output and error, for commands whose

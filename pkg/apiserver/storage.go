@@ -32,6 +32,9 @@ type WatchCacheOptions struct {
 	// HistoryBudget bounds the bytes of objects each resource's history
 	// holds; 0 is no budget.
 	HistoryBudget int64
+	// InitialEventsConcurrency bounds how many watches stream initial events
+	// at once, across every resource; 0 is no bound. See cacher.InitialEventsGate.
+	InitialEventsConcurrency int
 	// Shutdown begins when the server begins to shut down; see cacher.Shutdown.
 	Shutdown *cacher.Shutdown
 	// Sizes are --watch-cache-sizes, parsed. As upstream, a size of 0 turns
@@ -63,6 +66,14 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 	if budget == 0 {
 		budget = -1
 	}
+	var gate *cacher.InitialEventsGate
+	if o.InitialEventsConcurrency > 0 {
+		// One gate for every resource: the CPU it shares out is the server's.
+		var err error
+		if gate, err = cacher.NewInitialEventsGate(cacher.InitialEventsGateConfig{Concurrency: o.InitialEventsConcurrency}); err != nil {
+			return failingDecorator(err)
+		}
+	}
 	cached := cacher.StorageDecorator(cacher.Config{
 		// Idle resources' bookmarks then carry fresh resourceVersions even
 		// against an etcd whose own progress-notify interval is long.
@@ -72,6 +83,7 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 		WarmStartRevisions:       warmStart,
 		HistoryBudget:            budget,
 		Shutdown:                 o.Shutdown,
+		InitialEvents:            gate,
 	})
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string,
 		keyFunc func(runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object,
@@ -104,4 +116,13 @@ func (g withDecorator) GetRESTOptions(resource schema.GroupResource, example run
 	}
 	opts.Decorator = g.decorator
 	return opts, nil
+}
+
+// failingDecorator fails every resource's storage with err.
+func failingDecorator(err error) generic.StorageDecorator {
+	return func(*storagebackend.ConfigForResource, string, func(runtime.Object) (string, error), func() runtime.Object,
+		func() runtime.Object, storage.AttrFunc, storage.IndexerFuncs, *cache.Indexers,
+	) (storage.Interface, factory.DestroyFunc, error) {
+		return nil, nil, err
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -137,7 +138,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 		b.ReportMetric(float64(added)/float64(rss)*100, fmt.Sprintf("rss-added-%dlists-%%", n))
 	}
 
-	watchListRun(ctx, b, client, hc, base, sz.watchLists)
+	watchListRun(ctx, b, cfg, hc, base, sz.watchLists)
 	// Ours keeps each encoding a watch asked for with the object it
 	// encodes, for the watchers after, for 10 s (cacher.DefaultEncodingTTL);
 	// this is what stays once that passed.
@@ -347,7 +348,11 @@ func peakRSS(b *testing.B, pid int) int64 {
 // watchListRun measures writes at 100/s alone, then beside clients that
 // each stream every object with sendInitialEvents, and reports the time
 // to each client's initial-events-end bookmark and the writes' p99 both ways.
-func watchListRun(ctx context.Context, b *testing.B, client versioned.Interface, hc *http.Client, base string, clients int) {
+func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, clients int) {
+	// The writer is another client, as a controller would be: with its own
+	// connection, not one multiplexed with the watch-lists' HTTP/2 streams,
+	// where its responses would wait for their frames.
+	client := versioned.NewForConfigOrDie(ownConnection(cfg))
 	writes := func(stop <-chan struct{}, max int) []time.Duration {
 		var took []time.Duration
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -377,6 +382,9 @@ func watchListRun(ctx context.Context, b *testing.B, client versioned.Interface,
 	ends := make([]time.Duration, clients)
 	url := base + "?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
 	t0 := time.Now()
+	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
+		go profile(ctx, cfg, filepath.Join(dir, fmt.Sprintf("watchlists-%d.pprof", clients)))
+	}
 	for i := range clients {
 		wg.Add(1)
 		go func() {
@@ -414,4 +422,13 @@ func watchListRun(ctx context.Context, b *testing.B, client versioned.Interface,
 	if len(duringTook) > 0 {
 		b.ReportMetric(ms(percentile(duringTook, 0.99)), "writes-during-watchlists-p99-ms")
 	}
+}
+
+// ownConnection returns a copy of cfg whose clients get a transport, and so
+// connections, of their own: client-go shares one transport between configs
+// with the same TLS settings unless a dialer is set.
+func ownConnection(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Dial = (&net.Dialer{}).DialContext
+	return c
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"time"
 
@@ -88,6 +89,9 @@ type Options struct {
 	// HistoryBudget bounds the bytes of objects each resource's watch
 	// cache history holds; 0 is no budget.
 	HistoryBudget resource.QuantityValue
+	// InitialEventsConcurrency bounds how many watches stream their initial
+	// events at once; 0 is no bound.
+	InitialEventsConcurrency int
 	// MaxWatches caps the watch requests served at once; past it a new
 	// watch gets 429 with Retry-After. 0 is no cap.
 	MaxWatches int
@@ -122,6 +126,7 @@ func NewOptions(out io.Writer) *Options {
 		ConsistencyCheckInterval: cacher.DefaultConsistencyCheckInterval,
 		WarmStartRevisions:       cacher.DefaultWarmStartRevisions,
 		MaxWatches:               apiserver.DefaultMaxWatches,
+		InitialEventsConcurrency: defaultInitialEventsConcurrency(),
 		HistoryBudget:            resource.QuantityValue{Quantity: *resource.NewQuantity(cacher.DefaultHistoryBudget, resource.BinarySI)},
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
@@ -164,6 +169,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) cliflag.NamedFlagSets {
 		"How many etcd revisions back each watch cache reaches when it starts, to fill its history from etcd's, so "+
 			"that clients resuming from a resourceVersion older than the start get events instead of 410. etcd's "+
 			"compaction bounds it too. 0 starts with an empty history, as upstream's cache does.")
+	wc.IntVar(&o.InitialEventsConcurrency, "watch-cache-initial-events-concurrency", o.InitialEventsConcurrency,
+		"How many watches stream their initial events at once (watch-lists, and watches from resourceVersion 0), "+
+			"across every resource. The others wait their turn, first come first served; a watch keeps its turn "+
+			"for at most a second while others wait. Streaming a state takes a core per watch, so the default, half "+
+			"the CPUs this process may use and at least 1, leaves CPU for writes and the watch stream. 0 is no bound.")
 	wc.Var(&o.HistoryBudget, "watch-cache-history-budget",
 		"The most memory, estimated, that each resource's watch cache history may hold in object versions, as a "+
 			"quantity (512Mi). Past it the oldest events leave even inside the history window, and a watch from their "+
@@ -235,6 +245,9 @@ func (o *Options) Validate() error {
 	}
 	if o.HistoryBudget.Sign() < 0 {
 		errs = append(errs, fmt.Errorf("--watch-cache-history-budget must be 0 (no budget) or positive, not %s", o.HistoryBudget.String()))
+	}
+	if o.InitialEventsConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("--watch-cache-initial-events-concurrency must be 0 (no bound) or positive, not %d", o.InitialEventsConcurrency))
 	}
 	if o.MaxWatches < 0 {
 		errs = append(errs, fmt.Errorf("--max-watches must be 0 (no limit) or positive, not %d", o.MaxWatches))
@@ -322,6 +335,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		ConsistencyCheckInterval: o.ConsistencyCheckInterval,
 		WarmStartRevisions:       o.WarmStartRevisions,
 		HistoryBudget:            o.HistoryBudget.Value(),
+		InitialEventsConcurrency: o.InitialEventsConcurrency,
 		Sizes:                    sizes,
 	})
 	if o.StorageDecoratorOverride != nil {
@@ -461,3 +475,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	return inst.Run(ctx)
 }
+
+// defaultInitialEventsConcurrency is half the CPUs this process may use, at
+// least one: see --watch-cache-initial-events-concurrency.
+func defaultInitialEventsConcurrency() int { return max(1, goruntime.GOMAXPROCS(0)/2) }

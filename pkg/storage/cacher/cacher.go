@@ -76,6 +76,7 @@ func New(cfg Config) (*Cacher, error) {
 	if err := cfg.Storage.EnableResourceSizeEstimation(c.keys); err != nil {
 		return nil, fmt.Errorf("enabling size estimation for %s: %w", cfg.GroupResource, err)
 	}
+	c.d.gate = cfg.InitialEvents
 	cfg.Shutdown.register(c.d)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
@@ -282,6 +283,9 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		return nil, err
 	}
 	w := newWatcher(c.d, key, opts.Recursive, opts.Predicate, c.cfg.WatcherBuffer)
+	// Priority and fairness counts a watch as executing until it is set up:
+	// with initial events, until they are sent, as upstream's cache tells it.
+	w.onInitialized = func() { utilflowcontrol.WatchInitialized(ctx) }
 	if c.cfg.TriggerField != "" && opts.Predicate.Field != nil {
 		w.trigger, w.hasTrigger = opts.Predicate.Field.RequiresExactMatch(c.cfg.TriggerField)
 	}
@@ -321,8 +325,9 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		unhook := context.AfterFunc(ctx, w.Stop)
 		w.unhookCtx.Store(&unhook)
 	}
-	// Priority and fairness counts a watch as in flight until it is set up.
-	utilflowcontrol.WatchInitialized(ctx)
+	if !withInit {
+		w.initialized()
+	}
 	if testFault != nil {
 		wi = testFault(c, wi)
 	}

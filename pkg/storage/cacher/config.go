@@ -130,6 +130,9 @@ type Config struct {
 	Shutdown *Shutdown
 	// WatcherBuffer is the size of each watcher's channel.
 	WatcherBuffer int
+	// InitialEvents bounds how many watchers stream initial events at once,
+	// across the caches that share it; see InitialEventsGate. Nil: no bound.
+	InitialEvents *InitialEventsGate
 	// Clock drives bookmarks and waits. Default: the real clock.
 	Clock clock.WithTicker
 }

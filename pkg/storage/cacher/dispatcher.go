@@ -43,6 +43,8 @@ type dispatcher struct {
 	metrics   *cacheMetrics
 	// bookmarkFrequency is how often a watcher that asked for bookmarks gets one.
 	bookmarkFrequency time.Duration
+	// gate bounds the watchers streaming initial events at once; nil: no bound.
+	gate *InitialEventsGate
 
 	// mu guards the watcher sets, every watcher's state and list position,
 	// and headCh. It also serializes store and log updates with watcher
@@ -373,9 +375,13 @@ func (d *dispatcher) startCatchUpLocked(w *watcher, init *initialEvents) {
 // then on the dispatcher may park it again and start another catch-up, so
 // this goroutine must not touch it.
 func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
-	if init != nil && !d.sendInitial(w, init) {
-		d.endCatchUp(w)
-		return
+	if init != nil {
+		ok := d.sendInitial(w, init)
+		w.initialized()
+		if !ok {
+			d.endCatchUp(w)
+			return
+		}
 	}
 	replayed := 0
 	for {
@@ -407,19 +413,24 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 	}
 }
 
+// sendInitial streams a snapshot to a new watcher, in its turns at the gate.
 func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
-	ok := true
+	turn, ok := d.gate.enter(w, d.metrics.initWaiting)
+	defer turn.leave()
+	if !ok {
+		return false
+	}
 	sent := 0
 	init.snap.scan(w.key, w.recursive, "", func(o *object) bool {
 		if o.matches(w.pred) {
-			ok = w.send(watch.Event{Type: watch.Added, Object: o.co})
+			ok = turn.send(watch.Event{Type: watch.Added, Object: o.co})
 			sent++
 		}
 		return ok
 	})
 	d.metrics.initEvents.Add(float64(sent))
 	if ok && init.endBookmark {
-		ok = w.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.rv, true)})
+		ok = turn.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.rv, true)})
 	}
 	return ok
 }

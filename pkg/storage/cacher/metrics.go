@@ -53,6 +53,13 @@ var (
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
 
+	initialEventsWaiting = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "initial_events_waiting_watchers",
+		Help: "Watchers waiting for their turn to stream initial events (watch-lists, and watches from " +
+			"resourceVersion 0); --watch-cache-initial-events-concurrency bounds how many stream at once.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+
 	etcdWatchRestarts = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
 		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "etcd_watch_restarts_total",
 		Help: "Times the cache re-opened its etcd watch from its head without re-listing, by why the watch ended: " +
@@ -82,7 +89,7 @@ func registerMetrics() {
 		// here too makes them work for a cache used without one, as in tests.
 		upstream.Register()
 		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
-			historyBytesGauge, historyEvictedCounter, etcdWatchRestarts, relistsCounter, etcdWatchGap)
+			historyBytesGauge, historyEvictedCounter, initialEventsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap)
 	})
 }
 
@@ -92,6 +99,7 @@ type cacheMetrics struct {
 	eventsReceived   compbasemetrics.CounterMetric
 	eventsDispatched compbasemetrics.CounterMetric
 	initEvents       compbasemetrics.CounterMetric
+	initWaiting      compbasemetrics.GaugeMetric
 	terminated       compbasemetrics.CounterMetric
 	initializations  compbasemetrics.CounterMetric
 	initErrors       compbasemetrics.CounterMetric
@@ -116,6 +124,7 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 		eventsReceived:   upstream.EventsReceivedCounter.WithLabelValues(g, r),
 		eventsDispatched: upstream.EventsCounter.WithLabelValues(g, r),
 		initEvents:       upstream.InitCounter.WithLabelValues(g, r),
+		initWaiting:      initialEventsWaiting.WithLabelValues(g, r),
 		terminated:       upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
 		initializations:  upstream.WatchCacheInitializations.WithLabelValues(g, r),
 		initErrors:       upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),

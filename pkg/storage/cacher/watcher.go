@@ -63,6 +63,9 @@ type watcher struct {
 	stopOnce sync.Once
 	// unhookCtx detaches the context.AfterFunc that stops the watcher.
 	unhookCtx atomic.Pointer[func() bool]
+	// onInitialized tells priority and fairness that the watcher's initial
+	// events are sent; the catch-up goroutine calls it. Nil if nobody listens.
+	onInitialized func()
 
 	// The fields below are guarded by dispatcher.mu, except that cursor is
 	// owned by the catch-up goroutine while the state is catchingUp.
@@ -112,7 +115,13 @@ func newWatcher(d *dispatcher, key string, recursive bool, pred storage.Selectio
 	return w
 }
 
-// covers reports whether the watch covers key.
+// initialized reports that the initial events went out, or never will.
+func (w *watcher) initialized() {
+	if w.onInitialized != nil {
+		w.onInitialized()
+	}
+}
+
 // drained reports whether the consumer has taken everything sent so far,
 // or stopped.
 func (w *watcher) drained() bool {
@@ -124,6 +133,7 @@ func (w *watcher) drained() bool {
 	}
 }
 
+// covers reports whether the watch covers key.
 func (w *watcher) covers(key string) bool { return inScope(w.key, w.recursive, key) }
 
 // inScope reports whether key falls under a request for prefix: below it

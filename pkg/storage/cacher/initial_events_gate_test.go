@@ -1,0 +1,296 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/utils/ptr"
+)
+
+// gateHarness is a dispatcher with a gate, three objects and watch-lists
+// whose consumers the test drives: each watcher's buffer holds one event,
+// so a watcher whose consumer does not read blocks in its turn.
+type gateHarness struct {
+	*testDispatcher
+	t *testing.T
+}
+
+func newGateHarness(t *testing.T, concurrency int) *gateHarness {
+	d := newTestDispatcher(64)
+	if concurrency > 0 {
+		g, err := NewInitialEventsGate(InitialEventsGateConfig{Concurrency: concurrency, Turn: time.Second, Clock: d.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.gate = g
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		d.put(name, nil, "")
+	}
+	return &gateHarness{testDispatcher: d, t: t}
+}
+
+// watchList registers a watch-list with an initial-events-end bookmark.
+func (h *gateHarness) watchList() *watcher {
+	h.t.Helper()
+	pred := storage.Everything
+	pred.AllowWatchBookmarks = true
+	w := newWatcher(h.dispatcher, "/pods/", true, pred, 1)
+	if _, err := h.register(w, true, true, false, 0); err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(w.Stop)
+	return w
+}
+
+// waiting waits until n watchers wait for a turn, as the gauge says.
+func (h *gateHarness) waiting(n int) {
+	h.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
+		func(context.Context) (bool, error) {
+			v, err := testutil.GetGaugeMetricValue(h.metrics.initWaiting)
+			return int(v) == n, err
+		})
+	if err != nil {
+		h.t.Fatalf("never %d watchers waiting for a turn", n)
+	}
+}
+
+// initialEvents reads a watch-list's three objects and its bookmark.
+func (h *gateHarness) initialEvents(w *watcher) {
+	h.t.Helper()
+	got := receive(h.t, w, 4)
+	if got[0].name != "a" || got[2].name != "c" || got[3].typ != watch.Bookmark {
+		h.t.Fatalf("initial events: %v", got)
+	}
+}
+
+// blocked waits until w's consumer holds one undelivered event: its
+// catch-up goroutine is sending the next.
+func blocked(t *testing.T, w *watcher) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
+		func(context.Context) (bool, error) { return len(w.ch) == cap(w.ch), nil }); err != nil {
+		t.Fatal("the watcher never filled its buffer")
+	}
+}
+
+func TestInitialEventsGate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T)
+	}{{
+		name: "a watch-list waits while another streams, and streams once it is done",
+		run: func(t *testing.T) {
+			h := newGateHarness(t, 1)
+			first := h.watchList()
+			blocked(t, first)
+			second := h.watchList()
+			h.waiting(1)
+			expectNothing(t, second)
+			h.initialEvents(first)
+			h.initialEvents(second)
+			h.waiting(0)
+		},
+	}, {
+		name: "first come, first served",
+		run: func(t *testing.T) {
+			h := newGateHarness(t, 1)
+			first := h.watchList()
+			blocked(t, first)
+			second := h.watchList()
+			h.waiting(1)
+			third := h.watchList()
+			h.waiting(2)
+			h.initialEvents(first)
+			blocked(t, second)
+			h.waiting(1)
+			expectNothing(t, third)
+			h.initialEvents(second)
+			h.initialEvents(third)
+		},
+	}, {
+		name: "a stalled watch-list gives its turn up when the turn ends",
+		run: func(t *testing.T) {
+			h := newGateHarness(t, 1)
+			stalled := h.watchList()
+			blocked(t, stalled)
+			next := h.watchList()
+			h.waiting(1)
+			h.clock.Step(time.Second)
+			h.initialEvents(next)
+			// The stalled one queues again once its consumer reads, and
+			// gets every event.
+			h.initialEvents(stalled)
+		},
+	}, {
+		name: "a turn is as long as the gate says",
+		run: func(t *testing.T) {
+			h := newGateHarness(t, 1)
+			stalled := h.watchList()
+			blocked(t, stalled)
+			next := h.watchList()
+			h.waiting(1)
+			h.clock.Step(999 * time.Millisecond)
+			expectNothing(t, next)
+			h.waiting(1)
+			h.initialEvents(stalled)
+			h.initialEvents(next)
+		},
+	}, {
+		name: "a watch-list that ends while waiting leaves the queue",
+		run: func(t *testing.T) {
+			h := newGateHarness(t, 1)
+			first := h.watchList()
+			blocked(t, first)
+			gone := h.watchList()
+			h.waiting(1)
+			gone.Stop()
+			h.waiting(0)
+			if _, open := <-gone.ResultChan(); open {
+				t.Fatal("a watcher stopped while waiting delivered an event")
+			}
+			h.initialEvents(first)
+		},
+	}, {
+		name: "a watch-list that ends in its turn lets the next one in",
+		run: func(t *testing.T) {
+			h := newGateHarness(t, 1)
+			first := h.watchList()
+			blocked(t, first)
+			next := h.watchList()
+			h.waiting(1)
+			first.Stop()
+			h.initialEvents(next)
+		},
+	}, {
+		name: "two turns at once",
+		run: func(t *testing.T) {
+			h := newGateHarness(t, 2)
+			first, second := h.watchList(), h.watchList()
+			blocked(t, first)
+			blocked(t, second)
+			third := h.watchList()
+			h.waiting(1)
+			expectNothing(t, third)
+			h.initialEvents(second)
+			h.initialEvents(third)
+			h.initialEvents(first)
+		},
+	}, {
+		name: "no gate: every watch-list streams at once",
+		run: func(t *testing.T) {
+			h := newGateHarness(t, 0)
+			first := h.watchList()
+			blocked(t, first)
+			second := h.watchList()
+			h.initialEvents(second)
+			h.initialEvents(first)
+		},
+	}, {
+		name: "a watch from a resourceVersion does not wait",
+		run: func(t *testing.T) {
+			h := newGateHarness(t, 1)
+			first := h.watchList()
+			blocked(t, first)
+			resumed := h.watch(t, storage.Everything, 10, "")
+			h.put("d", nil, "")
+			if got := receive(t, resumed, 1); got[0].name != "d" {
+				t.Fatalf("resumed watch got %v", got)
+			}
+			h.initialEvents(first)
+		},
+	}} {
+		t.Run(tc.name, tc.run)
+	}
+}
+
+func TestNewInitialEventsGate(t *testing.T) {
+	for _, n := range []int{0, -1} {
+		if _, err := NewInitialEventsGate(InitialEventsGateConfig{Concurrency: n}); err == nil {
+			t.Errorf("concurrency %d: no error", n)
+		}
+	}
+}
+
+// TestWatchInitializedAfterInitialEvents checks what priority and fairness
+// learns from the cache: a watch-list is executing until its initial
+// events are sent, as upstream's cache reports, so that its seats bound
+// how many stream at once; a watch with no initial events is initialized
+// when it is set up.
+func TestWatchInitializedAfterInitialEvents(t *testing.T) {
+	c := newTestCacher(t, func(o *setupOptions) { o.config = func(cfg *Config) { cfg.WatcherBuffer = 1 } })
+	ctx := context.Background()
+	var rv string
+	for i := range 3 {
+		out := &example.Pod{}
+		pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: "ns"}}
+		if err := c.Create(ctx, "/pods/ns/"+pod.Name, pod, out, 0); err != nil {
+			t.Fatal(err)
+		}
+		rv = out.ResourceVersion
+	}
+	signal := newSignal()
+	pred := storage.Everything
+	pred.AllowWatchBookmarks = true
+	w, err := c.Watch(utilflowcontrol.WithInitializationSignal(ctx, signal), "/pods/", storage.ListOptions{
+		Recursive: true, Predicate: pred, SendInitialEvents: ptr.To(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	// The first event fills the buffer: the second is being sent.
+	blocked(t, w.(*watcher))
+	if signal.signaled() {
+		t.Fatal("the watch-list was initialized before its initial events were sent")
+	}
+	if got := receive(t, w, 4); got[3].typ != watch.Bookmark {
+		t.Fatalf("initial events: %v", got)
+	}
+	select {
+	case <-signal.done:
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("the watch-list never reported its initial events sent")
+	}
+
+	signal = newSignal()
+	resumed, err := c.Watch(utilflowcontrol.WithInitializationSignal(ctx, signal), "/pods/", storage.ListOptions{
+		Recursive: true, Predicate: storage.Everything, ResourceVersion: rv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resumed.Stop()
+	if !signal.signaled() {
+		t.Fatal("a watch from a resourceVersion was not initialized when set up")
+	}
+}
+
+// signal is an InitializationSignal that can be looked at.
+type signal struct {
+	once sync.Once
+	done chan struct{}
+}
+
+func newSignal() *signal { return &signal{done: make(chan struct{})} }
+
+func (s *signal) Signal() { s.once.Do(func() { close(s.done) }) }
+func (s *signal) Wait()   { <-s.done }
+
+func (s *signal) signaled() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,6 +73,8 @@ func freePort(b *testing.B) int {
 // process is a child process that ends with the benchmark.
 func start(b *testing.B, bin string, args ...string) *exec.Cmd {
 	cmd := exec.Command(bin, args...)
+	// It dies with the benchmark even if the benchmark is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	// The process's log, printed if the benchmark fails.
 	logPath := filepath.Join(b.TempDir(), filepath.Base(bin)+".log")
 	logFile, err := os.Create(logPath)

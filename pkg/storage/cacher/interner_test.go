@@ -2,8 +2,10 @@ package cacher
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -61,6 +63,8 @@ func TestInterner(t *testing.T) {
 				"managed apiVersion":    sameString(a.ManagedFields[0].APIVersion, b.ManagedFields[0].APIVersion),
 				"managed time":          a.ManagedFields[0].Time == b.ManagedFields[0].Time,
 				"managed fields":        a.ManagedFields[0].FieldsV1 == b.ManagedFields[0].FieldsV1,
+				"label set":             sameMap(a.Labels, b.Labels),
+				"managedFields list":    &a.ManagedFields[0] == &b.ManagedFields[0],
 				"annotation value":      sameString(a.Annotations["note"], b.Annotations["note"]),
 				"owner name (not kept)": sameString(a.OwnerReferences[0].Name, b.OwnerReferences[0].Name),
 			}
@@ -75,6 +79,44 @@ func TestInterner(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInternerKeepsDifferentSetsApart: label sets and managedFields lists
+// are shared only when equal, whatever their strings spell together.
+func TestInternerKeepsDifferentSetsApart(t *testing.T) {
+	in := newInterner(defaultInternBudget)
+	a, b, c := decodedMeta(t, "a", "x"), decodedMeta(t, "b", "x"), decodedMeta(t, "c", "x")
+	b.Labels = map[string]string{"app": "agent", "tier": "core"}
+	b.ManagedFields[0].Time = &metav1.Time{Time: a.ManagedFields[0].Time.Add(time.Second)}
+	// The same characters in another order of keys and values.
+	a.Labels, c.Labels = map[string]string{"a": "bc"}, map[string]string{"ab": "c"}
+	c.ManagedFields[0].Manager, c.ManagedFields[0].Operation = "agentUpdate", ""
+	want := []*metav1.PartialObjectMetadata{a.DeepCopy(), b.DeepCopy(), c.DeepCopy()}
+	for i, obj := range []*metav1.PartialObjectMetadata{a, b, c} {
+		in.object(obj)
+		if !equality.Semantic.DeepEqual(obj, want[i]) {
+			t.Fatalf("interning changed %s: %s", obj.Name, cmp.Diff(want[i], obj))
+		}
+	}
+	if sameMap(a.Labels, c.Labels) || &a.ManagedFields[0] == &b.ManagedFields[0] || &a.ManagedFields[0] == &c.ManagedFields[0] {
+		t.Error("different label sets or managedFields lists are shared")
+	}
+	// Their equal parts still are.
+	if !sameString(a.ManagedFields[0].Manager, b.ManagedFields[0].Manager) || a.ManagedFields[0].FieldsV1 != b.ManagedFields[0].FieldsV1 {
+		t.Error("equal parts of different managedFields lists are not shared")
+	}
+	// A fourth object equal to the second shares its label set and list.
+	d := decodedMeta(t, "d", "x")
+	d.Labels = map[string]string{"tier": "core", "app": "agent"}
+	d.ManagedFields[0].Time = &metav1.Time{Time: b.ManagedFields[0].Time.Time}
+	in.object(d)
+	if !sameMap(b.Labels, d.Labels) || &b.ManagedFields[0] != &d.ManagedFields[0] {
+		t.Error("equal label sets or managedFields lists are not shared")
+	}
+}
+
+func sameMap(a, b map[string]string) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 func sameKey(a, b map[string]string, key string) bool {

@@ -171,9 +171,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) cliflag.NamedFlagSets {
 			"compaction bounds it too. 0 starts with an empty history, as upstream's cache does.")
 	wc.IntVar(&o.InitialEventsConcurrency, "watch-cache-initial-events-concurrency", o.InitialEventsConcurrency,
 		"How many watches stream their initial events at once (watch-lists, and watches from resourceVersion 0), "+
-			"across every resource. The others wait their turn, first come first served; a watch keeps its turn "+
-			"for at most a second while others wait. Streaming a state takes a core per watch, so the default, half "+
-			"the CPUs this process may use and at least 1, leaves CPU for writes and the watch stream. 0 is no bound.")
+			"across every resource. The others wait their turn, first come first served. While others wait, a watch "+
+			"keeps its turn for at most 5s, and gives it up when its client takes no event for 100ms, until the "+
+			"client reads again. Streaming a state takes a core per watch, so the default, half the CPUs this "+
+			"process may use and at least 1, leaves CPU for writes and the watch stream. 0 is no bound.")
 	wc.Var(&o.HistoryBudget, "watch-cache-history-budget",
 		"The most memory, estimated, that each resource's watch cache history may hold in object versions, as a "+
 			"quantity (512Mi). Past it the oldest events leave even inside the history window, and a watch from their "+

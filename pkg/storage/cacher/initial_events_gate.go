@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
@@ -9,11 +10,20 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// DefaultInitialEventsTurn is how long a watcher streams its initial events
-// before one waiting for a turn may go first: long enough for a watch-list
-// of 10,000 objects to finish in one turn, short enough that a slow client
-// holds the others back by a second at most.
-const DefaultInitialEventsTurn = time.Second
+// Defaults for InitialEventsGateConfig.
+const (
+	// DefaultInitialEventsTurn is the longest a watcher streams its initial
+	// events while others wait: long enough for a watch-list of 100,000
+	// objects of 1 KiB to finish in one turn (about 2 s on one core), so
+	// that watch-lists finish one after another rather than all at the end.
+	DefaultInitialEventsTurn = 5 * time.Second
+	// DefaultInitialEventsStall is how long a watcher may wait for its
+	// client to take one event before its turn ends, if others wait. A
+	// client that keeps up takes an event in microseconds; one that waits
+	// on its network, or has stopped reading, uses no CPU and so should
+	// hold no turn.
+	DefaultInitialEventsStall = 100 * time.Millisecond
+)
 
 // InitialEventsGate bounds how many watchers, across every cache built with
 // it, stream their initial events at once: watch-lists and watches from
@@ -21,10 +31,12 @@ const DefaultInitialEventsTurn = time.Second
 // in the watch handler (encoding, compression, TLS), and on a server with
 // few cores a hundred watch-lists at once would take the CPU that writes
 // and the watch stream need. The others wait their turn, first come first
-// served; a watcher keeps its turn until its initial events are sent, or
-// for a turn's length if others wait, so that a slow or stalled client
-// holds no turn for long. Waiting costs the watcher nothing else: it keeps
-// its place in the cache and catches up from the event log afterwards.
+// served. A watcher keeps its turn until its initial events are sent; if
+// others wait, only until its client has not taken an event for a stall's
+// length, or for a turn's length, so that a slow or stalled client holds
+// no turn for long. It queues again once its client takes the event.
+// Waiting costs the watcher nothing else: it keeps its place in the cache
+// and catches up from the event log afterwards.
 //
 // Upstream bounds the same work through priority and fairness, which
 // counts a watch as executing until its initial events are sent; the cache
@@ -35,17 +47,23 @@ type InitialEventsGate struct {
 	// slots holds a token per turn being taken. Its senders wait in FIFO
 	// order, which makes the gate first come first served.
 	slots chan struct{}
-	turn  time.Duration
-	clock clock.Clock
+	// waiting counts the watchers waiting for a turn.
+	waiting atomic.Int32
+	turn    time.Duration
+	stall   time.Duration
+	clock   clock.Clock
 }
 
 // InitialEventsGateConfig configures NewInitialEventsGate.
 type InitialEventsGateConfig struct {
 	// Concurrency is how many watchers stream initial events at once.
 	Concurrency int
-	// Turn is how long a watcher keeps its turn while others wait. Default
-	// DefaultInitialEventsTurn.
+	// Turn is the longest a watcher keeps its turn while others wait.
+	// Default DefaultInitialEventsTurn.
 	Turn time.Duration
+	// Stall is how long a watcher keeps its turn, while others wait, when
+	// its client does not take an event. Default DefaultInitialEventsStall.
+	Stall time.Duration
 	// Clock times the turns. Default: the real clock.
 	Clock clock.Clock
 }
@@ -56,10 +74,11 @@ func NewInitialEventsGate(cfg InitialEventsGateConfig) (*InitialEventsGate, erro
 		return nil, fmt.Errorf("cacher: InitialEventsGateConfig.Concurrency must be positive, not %d", cfg.Concurrency)
 	}
 	setDefault(&cfg.Turn, DefaultInitialEventsTurn)
+	setDefault(&cfg.Stall, DefaultInitialEventsStall)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &InitialEventsGate{slots: make(chan struct{}, cfg.Concurrency), turn: cfg.Turn, clock: cfg.Clock}, nil
+	return &InitialEventsGate{slots: make(chan struct{}, cfg.Concurrency), turn: cfg.Turn, stall: cfg.Stall, clock: cfg.Clock}, nil
 }
 
 // gateTurn is one watcher's passage through the gate. A nil gate lets
@@ -70,6 +89,9 @@ type gateTurn struct {
 	waiting compbasemetrics.GaugeMetric
 	// timer ends the current turn; nil while the watcher holds none.
 	timer clock.Timer
+	// stall times one send to a client that is not taking events; nil
+	// until the first such send.
+	stall clock.Timer
 }
 
 // enter waits for a turn for w, or until w stops. waiting counts the
@@ -87,7 +109,11 @@ func (t *gateTurn) acquire() bool {
 	case t.g.slots <- struct{}{}:
 	default:
 		t.waiting.Inc()
-		defer t.waiting.Dec()
+		t.g.waiting.Add(1)
+		defer func() {
+			t.waiting.Dec()
+			t.g.waiting.Add(-1)
+		}()
 		select {
 		case t.g.slots <- struct{}{}:
 		case <-t.w.done:
@@ -100,6 +126,9 @@ func (t *gateTurn) acquire() bool {
 
 // leave gives the turn up, if the watcher holds one.
 func (t *gateTurn) leave() {
+	if t.stall != nil {
+		t.stall.Stop()
+	}
 	if t.timer == nil {
 		return
 	}
@@ -108,16 +137,33 @@ func (t *gateTurn) leave() {
 	<-t.g.slots
 }
 
+// stalled returns a channel that fires when a send has waited a stall's
+// length for the client.
+func (t *gateTurn) stalled() <-chan time.Time {
+	if t.stall == nil {
+		t.stall = t.g.clock.NewTimer(t.g.stall)
+	} else {
+		t.stall.Reset(t.g.stall)
+	}
+	return t.stall.C()
+}
+
 // send delivers ev to the watcher like watcher.send, within the watcher's
 // turn. When the turn is over the watcher lets the first one waiting go,
-// and queues again: at once if its consumer keeps up, once the consumer
-// takes ev if not, so that a stalled client waits without a turn.
+// and queues again: at once if its client keeps up, once the client takes
+// ev if not. A client that stalls for a stall's length while others wait
+// ends the turn the same way, so that it waits for its client without a
+// turn.
 func (t *gateTurn) send(ev watch.Event) bool {
 	if t.g == nil {
 		return t.w.send(ev)
 	}
 	select {
 	case <-t.timer.C():
+		if t.g.waiting.Load() == 0 {
+			t.timer.Reset(t.g.turn)
+			break
+		}
 		t.leave()
 		if !t.acquire() {
 			return false
@@ -129,7 +175,28 @@ func (t *gateTurn) send(ev watch.Event) bool {
 		return true
 	case <-t.w.done:
 		return false
-	case <-t.timer.C():
+	default:
+	}
+	stalled := t.stalled()
+	for {
+		select {
+		case t.w.ch <- ev:
+			t.stall.Stop()
+			return true
+		case <-t.w.done:
+			return false
+		case <-t.timer.C():
+			if t.g.waiting.Load() == 0 {
+				t.timer.Reset(t.g.turn)
+				continue
+			}
+		case <-stalled:
+			if t.g.waiting.Load() == 0 {
+				stalled = t.stalled()
+				continue
+			}
+		}
+		// Others wait: they go first while this client catches up.
 		t.leave()
 		return t.w.send(ev) && t.acquire()
 	}

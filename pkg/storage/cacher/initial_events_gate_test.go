@@ -25,10 +25,21 @@ type gateHarness struct {
 	t *testing.T
 }
 
+// The turn and the stall in these tests, unless a test sets its own.
+const (
+	testTurn  = 10 * time.Second
+	testStall = 100 * time.Millisecond
+)
+
 func newGateHarness(t *testing.T, concurrency int) *gateHarness {
+	return newGateHarnessWith(t, InitialEventsGateConfig{Concurrency: concurrency, Turn: testTurn, Stall: testStall})
+}
+
+func newGateHarnessWith(t *testing.T, cfg InitialEventsGateConfig) *gateHarness {
 	d := newTestDispatcher(64)
-	if concurrency > 0 {
-		g, err := NewInitialEventsGate(InitialEventsGateConfig{Concurrency: concurrency, Turn: time.Second, Clock: d.clock})
+	if cfg.Concurrency > 0 {
+		cfg.Clock = d.clock
+		g, err := NewInitialEventsGate(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,6 +83,15 @@ func (h *gateHarness) initialEvents(w *watcher) {
 	got := receive(h.t, w, 4)
 	if got[0].name != "a" || got[2].name != "c" || got[3].typ != watch.Bookmark {
 		h.t.Fatalf("initial events: %v", got)
+	}
+}
+
+// timers waits until n timers wait on the fake clock.
+func timers(t *testing.T, h *gateHarness, n int) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
+		func(context.Context) (bool, error) { return h.clock.Waiters() == n, nil }); err != nil {
+		t.Fatalf("%d timers on the clock, want %d", h.clock.Waiters(), n)
 	}
 }
 
@@ -120,32 +140,64 @@ func TestInitialEventsGate(t *testing.T) {
 			h.initialEvents(third)
 		},
 	}, {
-		name: "a stalled watch-list gives its turn up when the turn ends",
+		name: "a stalled watch-list gives its turn up, and queues again once its client reads",
 		run: func(t *testing.T) {
 			h := newGateHarness(t, 1)
 			stalled := h.watchList()
 			blocked(t, stalled)
+			timers(t, h, 2) // the turn's and the stall's
 			next := h.watchList()
 			h.waiting(1)
-			h.clock.Step(time.Second)
+			h.clock.Step(testStall)
 			h.initialEvents(next)
-			// The stalled one queues again once its consumer reads, and
-			// gets every event.
 			h.initialEvents(stalled)
 		},
 	}, {
-		name: "a turn is as long as the gate says",
+		name: "a shorter stall keeps the turn",
 		run: func(t *testing.T) {
 			h := newGateHarness(t, 1)
 			stalled := h.watchList()
 			blocked(t, stalled)
+			timers(t, h, 2)
 			next := h.watchList()
 			h.waiting(1)
-			h.clock.Step(999 * time.Millisecond)
+			h.clock.Step(testStall - time.Millisecond)
 			expectNothing(t, next)
 			h.waiting(1)
 			h.initialEvents(stalled)
 			h.initialEvents(next)
+		},
+	}, {
+		name: "a stall with nobody waiting keeps the turn, and ends it once somebody waits",
+		run: func(t *testing.T) {
+			h := newGateHarness(t, 1)
+			stalled := h.watchList()
+			blocked(t, stalled)
+			// The turn's timer and the stall's.
+			timers(t, h, 2)
+			h.clock.Step(testStall)
+			// The stall's timer starts again when it finds nobody waiting.
+			timers(t, h, 2)
+			next := h.watchList()
+			h.waiting(1)
+			expectNothing(t, next)
+			h.clock.Step(testStall)
+			h.initialEvents(next)
+			h.initialEvents(stalled)
+		},
+	}, {
+		name: "a turn ends after its length while others wait, stalled or not",
+		run: func(t *testing.T) {
+			h := newGateHarnessWith(t, InitialEventsGateConfig{Concurrency: 1, Turn: time.Second, Stall: time.Hour})
+			slow := h.watchList()
+			blocked(t, slow)
+			next := h.watchList()
+			h.waiting(1)
+			h.clock.Step(999 * time.Millisecond)
+			expectNothing(t, next)
+			h.clock.Step(time.Millisecond)
+			h.initialEvents(next)
+			h.initialEvents(slow)
 		},
 	}, {
 		name: "a watch-list that ends while waiting leaves the queue",

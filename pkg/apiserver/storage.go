@@ -66,14 +66,8 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 	if budget == 0 {
 		budget = -1
 	}
-	var gate *cacher.InitialEventsGate
-	if o.InitialEventsConcurrency > 0 {
-		// One gate for every resource: the CPU it shares out is the server's.
-		var err error
-		if gate, err = cacher.NewInitialEventsGate(cacher.InitialEventsGateConfig{Concurrency: o.InitialEventsConcurrency}); err != nil {
-			return failingDecorator(err)
-		}
-	}
+	// One gate for every resource: the CPU it shares out is the server's.
+	gate := cacher.NewInitialEventsGate(cacher.InitialEventsGateConfig{Concurrency: o.InitialEventsConcurrency})
 	cached := cacher.StorageDecorator(cacher.Config{
 		// Idle resources' bookmarks then carry fresh resourceVersions even
 		// against an etcd whose own progress-notify interval is long.
@@ -116,13 +110,4 @@ func (g withDecorator) GetRESTOptions(resource schema.GroupResource, example run
 	}
 	opts.Decorator = g.decorator
 	return opts, nil
-}
-
-// failingDecorator fails every resource's storage with err.
-func failingDecorator(err error) generic.StorageDecorator {
-	return func(*storagebackend.ConfigForResource, string, func(runtime.Object) (string, error), func() runtime.Object,
-		func() runtime.Object, storage.AttrFunc, storage.IndexerFuncs, *cache.Indexers,
-	) (storage.Interface, factory.DestroyFunc, error) {
-		return nil, nil, err
-	}
 }

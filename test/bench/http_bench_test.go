@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -191,10 +190,7 @@ func runHTTP(b *testing.B, impl string, sc scenario) {
 	perConnection := sc.perConnection
 	var clients []versioned.Interface
 	for i := 0; i < (sc.streams+perConnection-1)/perConnection; i++ {
-		c := rest.CopyConfig(cfg)
-		dialer := &net.Dialer{}
-		c.Dial = dialer.DialContext // a distinct dialer means a distinct transport and connection
-		clients = append(clients, versioned.NewForConfigOrDie(c))
+		clients = append(clients, versioned.NewForConfigOrDie(ownConnection(cfg)))
 	}
 	writeDone := make([]atomic.Int64, sc.writes)
 	var delivered, closed atomic.Int64

@@ -283,9 +283,6 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		return nil, err
 	}
 	w := newWatcher(c.d, key, opts.Recursive, opts.Predicate, c.cfg.WatcherBuffer)
-	// Priority and fairness counts a watch as executing until it is set up:
-	// with initial events, until they are sent, as upstream's cache tells it.
-	w.onInitialized = func() { utilflowcontrol.WatchInitialized(ctx) }
 	if c.cfg.TriggerField != "" && opts.Predicate.Field != nil {
 		w.trigger, w.hasTrigger = opts.Predicate.Field.RequiresExactMatch(c.cfg.TriggerField)
 	}
@@ -317,6 +314,13 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		// first list may still be filling in.
 		c.waitForBackfill(ctx, rv)
 	}
+	// Priority and fairness counts a watch as executing until it is set up:
+	// with initial events, until they are sent, as upstream's cache tells
+	// it; the catch-up goroutine tells it then. Only those watchers carry
+	// the context for it.
+	if withInit {
+		w.onInitialized = func() { utilflowcontrol.WatchInitialized(ctx) }
+	}
 	wi, err := c.d.register(w, withInit, endBookmark, atHead, rv)
 	if err != nil {
 		return nil, err
@@ -326,7 +330,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		w.unhookCtx.Store(&unhook)
 	}
 	if !withInit {
-		w.initialized()
+		utilflowcontrol.WatchInitialized(ctx)
 	}
 	if testFault != nil {
 		wi = testFault(c, wi)

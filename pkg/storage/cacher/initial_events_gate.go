@@ -1,7 +1,6 @@
 package cacher
 
 import (
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -56,7 +55,8 @@ type InitialEventsGate struct {
 
 // InitialEventsGateConfig configures NewInitialEventsGate.
 type InitialEventsGateConfig struct {
-	// Concurrency is how many watchers stream initial events at once.
+	// Concurrency is how many watchers stream initial events at once; 0
+	// is no bound.
 	Concurrency int
 	// Turn is the longest a watcher keeps its turn while others wait.
 	// Default DefaultInitialEventsTurn.
@@ -68,17 +68,18 @@ type InitialEventsGateConfig struct {
 	Clock clock.Clock
 }
 
-// NewInitialEventsGate returns a gate for cfg.Concurrency streams at once.
-func NewInitialEventsGate(cfg InitialEventsGateConfig) (*InitialEventsGate, error) {
+// NewInitialEventsGate returns a gate for cfg.Concurrency streams at once,
+// or nil, which bounds nothing, if cfg.Concurrency is not positive.
+func NewInitialEventsGate(cfg InitialEventsGateConfig) *InitialEventsGate {
 	if cfg.Concurrency <= 0 {
-		return nil, fmt.Errorf("cacher: InitialEventsGateConfig.Concurrency must be positive, not %d", cfg.Concurrency)
+		return nil
 	}
 	setDefault(&cfg.Turn, DefaultInitialEventsTurn)
 	setDefault(&cfg.Stall, DefaultInitialEventsStall)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &InitialEventsGate{slots: make(chan struct{}, cfg.Concurrency), turn: cfg.Turn, stall: cfg.Stall, clock: cfg.Clock}, nil
+	return &InitialEventsGate{slots: make(chan struct{}, cfg.Concurrency), turn: cfg.Turn, stall: cfg.Stall, clock: cfg.Clock}
 }
 
 // gateTurn is one watcher's passage through the gate. A nil gate lets

@@ -39,11 +39,7 @@ func newGateHarnessWith(t *testing.T, cfg InitialEventsGateConfig) *gateHarness 
 	d := newTestDispatcher(64)
 	if cfg.Concurrency > 0 {
 		cfg.Clock = d.clock
-		g, err := NewInitialEventsGate(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.gate = g
+		d.gate = NewInitialEventsGate(cfg)
 	}
 	for _, name := range []string{"a", "b", "c"} {
 		d.put(name, nil, "")
@@ -269,9 +265,12 @@ func TestInitialEventsGate(t *testing.T) {
 
 func TestNewInitialEventsGate(t *testing.T) {
 	for _, n := range []int{0, -1} {
-		if _, err := NewInitialEventsGate(InitialEventsGateConfig{Concurrency: n}); err == nil {
-			t.Errorf("concurrency %d: no error", n)
+		if g := NewInitialEventsGate(InitialEventsGateConfig{Concurrency: n}); g != nil {
+			t.Errorf("concurrency %d: a gate, want none (no bound)", n)
 		}
+	}
+	if g := NewInitialEventsGate(InitialEventsGateConfig{Concurrency: 3}); g == nil || cap(g.slots) != 3 {
+		t.Errorf("concurrency 3: %v", g)
 	}
 }
 

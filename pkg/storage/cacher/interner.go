@@ -35,7 +35,7 @@ type interner struct {
 	fieldsV1 map[string]sharedFields
 	times    map[time.Time]sharedTime
 	// labels and managed are whole label sets and managedFields lists, by
-	// a key spelling out their contents (managedKey, labelsKey).
+	// a key spelling out their contents (see labelSet and managedFields).
 	labels  map[string]map[string]string
 	managed map[string][]metav1.ManagedFieldsEntry
 	// key is scratch space for the keys of labels and managed.

@@ -28,8 +28,9 @@ type Cacher struct {
 	log     *eventLog
 	d       *dispatcher
 	ready   *readiness
-	// expiry forgets objects' encodings after Config.EncodingTTL; nil keeps them.
-	expiry *encodingExpiry
+	// pres makes objects' fields and cachingObjects; its expiry forgets the
+	// latter after Config.EncodingTTL.
+	pres *presenter
 	// intern shares equal metadata between the objects the cache holds.
 	intern *interner
 
@@ -68,11 +69,12 @@ func New(cfg Config) (*Cacher, error) {
 	c.outage.cache = c
 	c.intern = newInterner(defaultInternBudget)
 	c.store = newStore(c.indexFuncs())
+	c.pres = &presenter{attrs: cfg.GetAttrsFunc, trigger: cfg.TriggerField}
 	if cfg.EncodingTTL > 0 {
-		c.expiry = newEncodingExpiry(cfg.EncodingTTL, cfg.Clock)
+		c.pres.expiry = newEncodingExpiry(cfg.EncodingTTL, cfg.Clock)
 	}
 	c.log = newEventLog(cfg.HistoryWindow, cfg.MinHistorySize, cfg.MaxHistorySize).withBudget(max(cfg.HistoryBudget, 0))
-	c.d = newDispatcher(c.store, c.log, cfg.Versioner, cfg.NewFunc, cfg.Clock, cfg.BookmarkFrequency, c.metrics)
+	c.d = newDispatcher(c.store, c.log, c.pres, cfg.Versioner, cfg.NewFunc, cfg.Clock, cfg.BookmarkFrequency, c.metrics)
 	if err := cfg.Storage.EnableResourceSizeEstimation(c.keys); err != nil {
 		return nil, fmt.Errorf("enabling size estimation for %s: %w", cfg.GroupResource, err)
 	}
@@ -115,8 +117,8 @@ func (c *Cacher) tick(ctx context.Context) {
 			return
 		case now := <-bookmarks.C():
 			c.d.sendBookmarks(now)
-			if c.expiry != nil {
-				c.expiry.expire()
+			if c.pres.expiry != nil {
+				c.pres.expiry.expire()
 			}
 			c.d.compacted(c.cfg.Storage.CompactRevision())
 			c.d.recordGauges()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,8 +26,9 @@ type cachingObject struct {
 	// obj is shared by every reader and never mutated.
 	obj runtime.Object
 
-	// expiry, if set, forgets the encodings a while after the first.
-	expiry *encodingExpiry
+	// slot, if set, is the cached object's reference to this one, which
+	// detach clears.
+	slot *atomic.Pointer[cachingObject]
 
 	// mu guards encodings.
 	mu        sync.RWMutex
@@ -77,28 +79,27 @@ func (o *cachingObject) encoding(id runtime.Identifier) *encoding {
 		return e
 	}
 	o.mu.Lock()
-	first := o.encodings == nil
 	if e, ok = o.encodings[id]; !ok {
-		if first {
+		if o.encodings == nil {
 			o.encodings = map[runtime.Identifier]*encoding{}
 		}
 		e = &encoding{}
 		o.encodings[id] = e
 	}
 	o.mu.Unlock()
-	// Outside o.mu: expiry takes its own lock, then this object's.
-	if first && o.expiry != nil {
-		o.expiry.add(o)
-	}
 	return e
 }
 
-// dropEncodings forgets every encoding; one in progress completes for its
-// callers, and the next caller encodes again.
-func (o *cachingObject) dropEncodings() {
+// expire forgets every encoding, and detaches o from its cached object, so
+// that the next sender makes a new one. An encoding in progress completes
+// for its callers; a sender that still holds o encodes again.
+func (o *cachingObject) expire() {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	o.encodings = nil
+	o.mu.Unlock()
+	if o.slot != nil {
+		o.slot.CompareAndSwap(o, nil)
+	}
 }
 
 // GetObject implements runtime.CacheableObject: the caller owns the copy.

@@ -37,6 +37,7 @@ const catchUpBatch = 256
 type dispatcher struct {
 	store     *store
 	log       *eventLog
+	pres      *presenter
 	versioner storage.Versioner
 	newFunc   func() runtime.Object
 	clock     clock.Clock
@@ -71,10 +72,10 @@ type dispatcher struct {
 	evictedReported uint64
 }
 
-func newDispatcher(s *store, l *eventLog, versioner storage.Versioner, newFunc func() runtime.Object,
+func newDispatcher(s *store, l *eventLog, pres *presenter, versioner storage.Versioner, newFunc func() runtime.Object,
 	clk clock.Clock, bookmarkFrequency time.Duration, m *cacheMetrics) *dispatcher {
 	return &dispatcher{
-		store: s, log: l, versioner: versioner, newFunc: newFunc, clock: clk, metrics: m,
+		store: s, log: l, pres: pres, versioner: versioner, newFunc: newFunc, clock: clk, metrics: m,
 		bookmarkFrequency:  bookmarkFrequency,
 		byTrigger:          map[string][]*watcher{},
 		lagging:            map[*watcher]struct{}{},
@@ -95,13 +96,14 @@ func (d *dispatcher) process(e *event) {
 	// Snapshots live as long as the events after them.
 	since, _ := d.log.bounds()
 	d.store.prune(since)
-	d.fanOutLocked(d.all, e)
+	m := d.pres.eventFields(e)
+	d.fanOutLocked(d.all, e, m)
 	if d.byTrigger != nil {
 		if e.cur != nil {
-			d.fanOutLocked(d.byTrigger[e.cur.trigger], e)
+			d.fanOutLocked(d.byTrigger[e.cur.trigger], e, m)
 		}
 		if e.prev != nil && (e.cur == nil || e.prev.trigger != e.cur.trigger) {
-			d.fanOutLocked(d.byTrigger[e.prev.trigger], e)
+			d.fanOutLocked(d.byTrigger[e.prev.trigger], e, m)
 		}
 	}
 	for _, w := range d.parkBuf {
@@ -114,12 +116,12 @@ func (d *dispatcher) process(e *event) {
 	d.notifyHeadLocked()
 }
 
-func (d *dispatcher) fanOutLocked(list []*watcher, e *event) {
+func (d *dispatcher) fanOutLocked(list []*watcher, e *event, m *eventFields) {
 	for _, w := range list {
 		if e.rv <= w.cursor || !w.covers(e.key) {
 			continue
 		}
-		ev, ok := e.forWatcher(w.pred, d.versioner)
+		ev, ok := e.forWatcher(w.pred, d.versioner, d.pres, m)
 		if !ok {
 			continue
 		}
@@ -396,7 +398,7 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 		replayed += len(events)
 		for _, e := range events {
 			if w.covers(e.key) {
-				if ev, ok := e.forWatcher(w.pred, d.versioner); ok && !w.send(ev) {
+				if ev, ok := e.forWatcher(w.pred, d.versioner, d.pres, nil); ok && !w.send(ev) {
 					d.endCatchUp(w)
 					return
 				}
@@ -422,8 +424,8 @@ func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 	}
 	sent := 0
 	init.snap.scan(w.key, w.recursive, "", func(o *object) bool {
-		if o.matches(w.pred) {
-			ok = turn.send(watch.Event{Type: watch.Added, Object: o.co})
+		if o.matches(w.pred, d.pres, nil) {
+			ok = turn.send(watch.Event{Type: watch.Added, Object: d.pres.caching(o)})
 			sent++
 		}
 		return ok

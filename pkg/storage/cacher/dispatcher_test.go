@@ -31,7 +31,7 @@ func newTestDispatcher(logMax int) *testDispatcher {
 	clk := testingclock.NewFakeClock(time.Unix(10_000, 0))
 	s := newStore(map[string]func(*object) []string{})
 	l := newEventLog(time.Minute, 4, logMax)
-	d := newDispatcher(s, l, storage.APIObjectVersioner{}, func() runtime.Object { return &example.Pod{} }, clk, time.Minute,
+	d := newDispatcher(s, l, &presenter{attrs: podAttrs, trigger: "spec.nodeName"}, storage.APIObjectVersioner{}, func() runtime.Object { return &example.Pod{} }, clk, time.Minute,
 		newCacheMetrics(schema.GroupResource{Resource: "pods"}))
 	d.reset(nil, 1)
 	return &testDispatcher{dispatcher: d, clock: clk, rv: 1}
@@ -42,8 +42,7 @@ func (d *testDispatcher) put(name string, lbls map[string]string, node string) {
 	d.rv++
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: lbls,
 		ResourceVersion: fmt.Sprint(d.rv)}, Spec: example.PodSpec{NodeName: node}}
-	o := &object{key: "/pods/ns/" + name, obj: pod, co: newCachingObject(pod), labels: lbls,
-		fields: newFieldSet(fields.Set{"spec.nodeName": node}), rv: d.rv, trigger: node}
+	o := &object{key: "/pods/ns/" + name, obj: pod, labels: lbls, rv: d.rv, trigger: node}
 	prev, _ := d.store.get(o.key)
 	typ := watch.Added
 	if prev != nil {
@@ -57,7 +56,7 @@ func (d *testDispatcher) del(name string) {
 	prev, _ := d.store.get("/pods/ns/" + name)
 	gone := prev.obj.DeepCopyObject().(*example.Pod)
 	gone.ResourceVersion = fmt.Sprint(d.rv)
-	cur := &object{key: prev.key, obj: gone, co: newCachingObject(gone), labels: prev.labels, fields: prev.fields, rv: d.rv, trigger: prev.trigger}
+	cur := &object{key: prev.key, obj: gone, labels: prev.labels, rv: d.rv, trigger: prev.trigger}
 	d.process(&event{typ: watch.Deleted, key: prev.key, rv: d.rv, cur: cur, prev: prev, recorded: d.clock.Now()})
 }
 

@@ -7,8 +7,8 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// encodingExpiry forgets the encodings cached objects keep, ttl after the
-// first one was made. Encode-once matters while an event or a watch-list's
+// encodingExpiry forgets the cachingObjects cached objects keep, with their
+// encodings, ttl after they were made. Encode-once matters while an event or a watch-list's
 // initial state is being sent to many watchers, which takes seconds; kept
 // for as long as the object is current, the encodings would add about the
 // object's serialized size to every object ever sent, for good. Upstream
@@ -19,7 +19,7 @@ type encodingExpiry struct {
 
 	// mu guards queue.
 	mu sync.Mutex
-	// queue holds objects in the order their first encoding was made.
+	// queue holds cachingObjects in the order they were made.
 	queue []expiring
 }
 
@@ -32,7 +32,7 @@ func newEncodingExpiry(ttl time.Duration, clk clock.PassiveClock) *encodingExpir
 	return &encodingExpiry{ttl: ttl, clock: clk}
 }
 
-// add records that o made its first encoding now.
+// add records that o was made now.
 func (x *encodingExpiry) add(o *cachingObject) {
 	now := x.clock.Now()
 	x.mu.Lock()
@@ -40,8 +40,7 @@ func (x *encodingExpiry) add(o *cachingObject) {
 	x.queue = append(x.queue, expiring{o: o, at: now})
 }
 
-// expire drops the encodings of every object whose first encoding is ttl
-// old, and returns how many objects it cleared.
+// expire drops every cachingObject made ttl ago, and returns how many.
 func (x *encodingExpiry) expire() int {
 	now := x.clock.Now()
 	x.mu.Lock()
@@ -59,12 +58,12 @@ func (x *encodingExpiry) expire() int {
 	x.queue = x.queue[i:]
 	x.mu.Unlock()
 	for _, o := range due {
-		o.dropEncodings()
+		o.expire()
 	}
 	return len(due)
 }
 
-// len returns how many objects hold encodings that will expire.
+// len returns how many cachingObjects will expire.
 func (x *encodingExpiry) len() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()

@@ -12,22 +12,26 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 )
 
-// TestEncodingExpiry checks that watchers within the TTL share one
-// encoding, that the encoding is forgotten once the TTL passed since the
-// first, and that the next watcher encodes again.
+// TestEncodingExpiry checks that senders within the TTL share one
+// cachingObject and so one encoding, that the object no longer holds it
+// once the TTL passed since it was made, that a sender still holding it
+// encodes again, and that the next sender gets a new one.
 func TestEncodingExpiry(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
 	x := newEncodingExpiry(10*time.Second, clk)
+	pr := &presenter{attrs: podAttrs, expiry: x}
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
-	co := newCachingObject(pod)
-	co.expiry = x
+	o := &object{key: "/pods/ns/p", obj: pod}
+	if o.co.Load() != nil {
+		t.Fatal("an object that was never sent holds a cachingObject")
+	}
 	encodes := 0
 	encode := func(obj runtime.Object, w io.Writer) error {
 		encodes++
 		_, err := w.Write([]byte("encoded"))
 		return err
 	}
-	send := func() {
+	send := func(co *cachingObject) {
 		t.Helper()
 		var buf bytes.Buffer
 		if err := co.CacheEncode("json", encode, &buf); err != nil || buf.String() != "encoded" {
@@ -35,9 +39,13 @@ func TestEncodingExpiry(t *testing.T) {
 		}
 	}
 
-	send()
+	first := pr.caching(o)
+	send(first)
 	clk.Step(9 * time.Second)
-	send()
+	if pr.caching(o) != first {
+		t.Fatal("a sender within the TTL got another cachingObject")
+	}
+	send(first)
 	if n := x.expire(); n != 0 || encodes != 1 {
 		t.Fatalf("within the TTL: %d expired, %d encodes; want 0, 1", n, encodes)
 	}
@@ -45,14 +53,25 @@ func TestEncodingExpiry(t *testing.T) {
 	if n := x.expire(); n != 1 || x.len() != 0 {
 		t.Fatalf("at the TTL: %d expired, %d left; want 1, 0", n, x.len())
 	}
-	co.mu.RLock()
-	held := len(co.encodings)
-	co.mu.RUnlock()
+	if o.co.Load() != nil {
+		t.Fatal("the object still holds its cachingObject after the TTL")
+	}
+	first.mu.RLock()
+	held := len(first.encodings)
+	first.mu.RUnlock()
 	if held != 0 {
 		t.Fatalf("%d encodings kept after the TTL", held)
 	}
-	send()
-	if encodes != 2 || x.len() != 1 {
-		t.Fatalf("after the TTL: %d encodes, %d queued; want 2, 1", encodes, x.len())
+	send(first)
+	if encodes != 2 {
+		t.Fatalf("a sender holding the expired cachingObject: %d encodes, want 2", encodes)
+	}
+	next := pr.caching(o)
+	if next == first || x.len() != 1 {
+		t.Fatalf("after the TTL: same cachingObject %v, %d queued; want a new one, 1", next == first, x.len())
+	}
+	send(next)
+	if encodes != 3 {
+		t.Fatalf("the next sender: %d encodes, want 3", encodes)
 	}
 }

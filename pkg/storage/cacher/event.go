@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -12,14 +13,15 @@ import (
 )
 
 // object is one cached object version with what selectors need, computed
-// once at ingest. Objects are immutable once built and shared by the store,
-// snapshots, the event log and every watcher.
+// once at ingest. Objects are immutable once built, but for co, and shared
+// by the store, snapshots, the event log and every watcher. What else
+// selectors and watchers see of it, the presenter makes when they need it.
 type object struct {
-	key    string
-	obj    runtime.Object
-	co     *cachingObject
+	key string
+	obj runtime.Object
+	// co is obj's cachingObject while it was sent recently (presenter.caching).
+	co     atomic.Pointer[cachingObject]
 	labels labels.Set
-	fields fieldSet
 	rv     uint64
 	// trigger is the value of Config.TriggerField, if any.
 	trigger string
@@ -28,7 +30,8 @@ type object struct {
 }
 
 // matches reports whether o passes the predicate; nil passes everything.
-func (o *object) matches(p *storage.SelectionPredicate) bool {
+// f, if not nil, is o's fields, computed once for several predicates.
+func (o *object) matches(p *storage.SelectionPredicate, pr *presenter, f *objectFields) bool {
 	if p == nil {
 		return true
 	}
@@ -37,7 +40,16 @@ func (o *object) matches(p *storage.SelectionPredicate) bool {
 			return false
 		}
 	}
-	return (p.Label == nil || p.Label.Matches(o.labels)) && (p.Field == nil || p.Field.Matches(o.fields))
+	if p.Label != nil && !p.Label.Matches(o.labels) {
+		return false
+	}
+	if p.Field == nil || p.Field.Empty() {
+		return true
+	}
+	if f == nil {
+		f = pr.fields(o)
+	}
+	return p.Field.Matches(f)
 }
 
 // event is one change from etcd, shared by every watcher that receives it.
@@ -73,29 +85,36 @@ func (e *event) size() int64 {
 // the Kubernetes rules for selectors: entering is ADDED, staying is
 // MODIFIED, leaving is DELETED with the previous state at this event's
 // resourceVersion. ok is false when the watcher receives nothing.
-func (e *event) forWatcher(p *storage.SelectionPredicate, v storage.Versioner) (watch.Event, bool) {
-	curMatch := e.typ != watch.Deleted && e.cur.matches(p)
-	prevMatch := e.prev != nil && e.prev.matches(p)
+//
+// m, if not nil, holds the fields of cur and prev for every watcher of a
+// dispatch.
+func (e *event) forWatcher(p *storage.SelectionPredicate, v storage.Versioner, pr *presenter, m *eventFields) (watch.Event, bool) {
+	var cf, pf *objectFields
+	if m != nil {
+		cf, pf = m.cur, m.prev
+	}
+	curMatch := e.typ != watch.Deleted && e.cur.matches(p, pr, cf)
+	prevMatch := e.prev != nil && e.prev.matches(p, pr, pf)
 	switch {
 	case e.typ == watch.Deleted && prevMatch:
-		return watch.Event{Type: watch.Deleted, Object: e.cur.co}, true
+		return watch.Event{Type: watch.Deleted, Object: pr.caching(e.cur)}, true
 	case curMatch && prevMatch:
-		return watch.Event{Type: watch.Modified, Object: e.cur.co}, true
+		return watch.Event{Type: watch.Modified, Object: pr.caching(e.cur)}, true
 	case curMatch:
-		return watch.Event{Type: watch.Added, Object: e.cur.co}, true
+		return watch.Event{Type: watch.Added, Object: pr.caching(e.cur)}, true
 	case prevMatch:
-		return watch.Event{Type: watch.Deleted, Object: e.leavingObject(v)}, true
+		return watch.Event{Type: watch.Deleted, Object: e.leavingObject(v, pr)}, true
 	}
 	return watch.Event{}, false
 }
 
-func (e *event) leavingObject(v storage.Versioner) *cachingObject {
+func (e *event) leavingObject(v storage.Versioner, pr *presenter) *cachingObject {
 	e.leavingOnce.Do(func() {
 		obj := e.prev.obj.DeepCopyObject()
 		if err := v.UpdateObject(obj, e.rv); err != nil {
 			// Only objects without metadata fail here, and those never reach the cache.
 			klog.ErrorS(err, "Cannot set the resourceVersion of a DELETED event", "key", e.key)
-			e.leaving = e.prev.co
+			e.leaving = pr.caching(e.prev)
 			return
 		}
 		e.leaving = newCachingObject(obj)

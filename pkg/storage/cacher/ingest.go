@@ -165,7 +165,8 @@ func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
 	}
 	// Before the attributes, which may share the object's label map.
 	c.intern.object(obj)
-	l, f, err := c.cfg.GetAttrsFunc(obj)
+	// The fields are computed again when a selector needs them (presenter).
+	l, _, err := c.cfg.GetAttrsFunc(obj)
 	if err != nil {
 		return nil, fmt.Errorf("attributes of %s: %w", key, err)
 	}
@@ -173,8 +174,7 @@ func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resourceVersion of %s: %w", key, err)
 	}
-	o := &object{key: key, obj: obj, co: newCachingObject(obj), labels: l, fields: newFieldSet(f), rv: rv, bytes: approximateSize(obj)}
-	o.co.expiry = c.expiry
+	o := &object{key: key, obj: obj, labels: l, rv: rv, bytes: approximateSize(obj)}
 	if c.cfg.TriggerField != "" {
 		o.trigger = c.cfg.IndexerFuncs[c.cfg.TriggerField](obj)
 	}

@@ -10,7 +10,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -132,33 +131,4 @@ func sameKey(a, b map[string]string, key string) bool {
 		}
 	}
 	return ka != "" && sameString(ka, kb)
-}
-
-func TestFieldSet(t *testing.T) {
-	set := fields.Set{"metadata.name": "a", "metadata.namespace": "ns", "spec.agentName": "agent-1", "status.phase": ""}
-	f := newFieldSet(set)
-	for _, tc := range []struct {
-		selector string
-		want     bool
-	}{
-		{"spec.agentName=agent-1", true},
-		{"spec.agentName=agent-2", false},
-		{"spec.agentName!=agent-2", true},
-		{"metadata.namespace=ns,metadata.name=a", true},
-		{"status.phase=", true},
-		{"status.phase!=", false},
-		{"spec.missing=", true},
-		{"spec.missing=x", false},
-	} {
-		sel, err := fields.ParseSelector(tc.selector)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, want := sel.Matches(f), sel.Matches(set); got != tc.want || want != tc.want {
-			t.Errorf("%s: fieldSet %v, fields.Set %v, want %v", tc.selector, got, want, tc.want)
-		}
-	}
-	if newFieldSet(nil) != nil || newFieldSet(fields.Set{}).Has("x") {
-		t.Errorf("an empty set has fields")
-	}
 }

@@ -109,7 +109,7 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 		}
 		matched := make([]*object, 0, len(objs))
 		for _, o := range objs {
-			if inScope(key, recursive, o.key) && o.matches(pred) {
+			if inScope(key, recursive, o.key) && o.matches(pred, c.pres, nil) {
 				matched = append(matched, o)
 			}
 		}
@@ -151,7 +151,7 @@ func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *stora
 			return false
 		}
 		fetched++
-		if !o.matches(pred) {
+		if !o.matches(pred, c.pres, nil) {
 			return true
 		}
 		matched = append(matched, o)

@@ -35,6 +35,9 @@ type WatchCacheOptions struct {
 	// InitialEventsConcurrency bounds how many watches stream initial events
 	// at once, across every resource; 0 is no bound. See cacher.InitialEventsGate.
 	InitialEventsConcurrency int
+	// ListConcurrency bounds how many large lists hold their items at
+	// once, across every resource; 0 is no bound. See cacher.ListGate.
+	ListConcurrency int
 	// Shutdown begins when the server begins to shut down; see cacher.Shutdown.
 	Shutdown *cacher.Shutdown
 	// Sizes are --watch-cache-sizes, parsed. As upstream, a size of 0 turns
@@ -66,8 +69,10 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 	if budget == 0 {
 		budget = -1
 	}
-	// One gate for every resource: the CPU it shares out is the server's.
+	// One gate of each for every resource: the CPU and memory they share
+	// out are the server's.
 	gate := cacher.NewInitialEventsGate(cacher.InitialEventsGateConfig{Concurrency: o.InitialEventsConcurrency})
+	lists := cacher.NewListGate(cacher.ListGateConfig{Concurrency: o.ListConcurrency})
 	cached := cacher.StorageDecorator(cacher.Config{
 		// Idle resources' bookmarks then carry fresh resourceVersions even
 		// against an etcd whose own progress-notify interval is long.
@@ -78,6 +83,7 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 		HistoryBudget:            budget,
 		Shutdown:                 o.Shutdown,
 		InitialEvents:            gate,
+		Lists:                    lists,
 	})
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string,
 		keyFunc func(runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object,

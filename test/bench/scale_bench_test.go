@@ -134,8 +134,9 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	}
 
 	for _, n := range []int{8, 32} {
-		added := concurrentListsRSS(ctx, b, hc, base, srv.cmd.Process.Pid, n)
+		added, took := concurrentListsRSS(ctx, b, hc, base, srv.cmd.Process.Pid, n)
 		b.ReportMetric(float64(added)/float64(rss)*100, fmt.Sprintf("rss-added-%dlists-%%", n))
+		b.ReportMetric(ms(took), fmt.Sprintf("%dlists-all-ms", n))
 	}
 
 	watchListRun(ctx, b, cfg, hc, base, sz.watchLists)
@@ -312,12 +313,14 @@ func continueToken(head []byte) string {
 }
 
 // concurrentListsRSS runs n full consistent lists at once and returns how
-// much they raised the server's peak RSS (VmHWM, reset first).
-func concurrentListsRSS(ctx context.Context, b *testing.B, hc *http.Client, base string, pid, n int) int64 {
+// much they raised the server's peak RSS (VmHWM, reset first), and the
+// time until the last one was read.
+func concurrentListsRSS(ctx context.Context, b *testing.B, hc *http.Client, base string, pid, n int) (int64, time.Duration) {
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
 		b.Fatalf("resetting the peak RSS: %v", err)
 	}
 	_, before := procStats(b, pid)
+	t0 := time.Now()
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)
@@ -327,7 +330,7 @@ func concurrentListsRSS(ctx context.Context, b *testing.B, hc *http.Client, base
 		}()
 	}
 	wg.Wait()
-	return peakRSS(b, pid) - before
+	return peakRSS(b, pid) - before, time.Since(t0)
 }
 
 func peakRSS(b *testing.B, pid int) int64 {

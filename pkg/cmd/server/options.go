@@ -92,6 +92,9 @@ type Options struct {
 	// InitialEventsConcurrency bounds how many watches stream their initial
 	// events at once; 0 is no bound.
 	InitialEventsConcurrency int
+	// ListConcurrency bounds how many large lists hold their items at
+	// once; 0 is no bound.
+	ListConcurrency int
 	// MaxWatches caps the watch requests served at once; past it a new
 	// watch gets 429 with Retry-After. 0 is no cap.
 	MaxWatches int
@@ -127,6 +130,7 @@ func NewOptions(out io.Writer) *Options {
 		WarmStartRevisions:       cacher.DefaultWarmStartRevisions,
 		MaxWatches:               apiserver.DefaultMaxWatches,
 		InitialEventsConcurrency: defaultInitialEventsConcurrency(),
+		ListConcurrency:          defaultListConcurrency(),
 		HistoryBudget:            resource.QuantityValue{Quantity: *resource.NewQuantity(cacher.DefaultHistoryBudget, resource.BinarySI)},
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
@@ -175,6 +179,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) cliflag.NamedFlagSets {
 			"keeps its turn for at most 5s, and gives it up when its client takes no event for 100ms, until the "+
 			"client reads again. Streaming a state takes a core per watch, so the default, half the CPUs this "+
 			"process may use and at least 1, leaves CPU for writes and the watch stream. 0 is no bound.")
+	wc.IntVar(&o.ListConcurrency, "watch-cache-list-concurrency", o.ListConcurrency,
+		"How many lists of 10,000 objects or more, served from the watch cache across every resource, hold their "+
+			"items at once. A list holds a copy of each object's struct (about 350 bytes for an Assignment) until its "+
+			"response is written, which takes a core; the others wait, first come first served, for at most 10s each "+
+			"ahead of them. The default is the CPUs this process may use. 0 is no bound.")
 	wc.Var(&o.HistoryBudget, "watch-cache-history-budget",
 		"The most memory, estimated, that each resource's watch cache history may hold in object versions, as a "+
 			"quantity (512Mi). Past it the oldest events leave even inside the history window, and a watch from their "+
@@ -249,6 +258,9 @@ func (o *Options) Validate() error {
 	}
 	if o.InitialEventsConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("--watch-cache-initial-events-concurrency must be 0 (no bound) or positive, not %d", o.InitialEventsConcurrency))
+	}
+	if o.ListConcurrency < 0 {
+		errs = append(errs, fmt.Errorf("--watch-cache-list-concurrency must be 0 (no bound) or positive, not %d", o.ListConcurrency))
 	}
 	if o.MaxWatches < 0 {
 		errs = append(errs, fmt.Errorf("--max-watches must be 0 (no limit) or positive, not %d", o.MaxWatches))
@@ -337,6 +349,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		WarmStartRevisions:       o.WarmStartRevisions,
 		HistoryBudget:            o.HistoryBudget.Value(),
 		InitialEventsConcurrency: o.InitialEventsConcurrency,
+		ListConcurrency:          o.ListConcurrency,
 		Sizes:                    sizes,
 	})
 	if o.StorageDecoratorOverride != nil {
@@ -480,3 +493,7 @@ func (o *Options) Run(ctx context.Context) error {
 // defaultInitialEventsConcurrency is half the CPUs this process may use, at
 // least one: see --watch-cache-initial-events-concurrency.
 func defaultInitialEventsConcurrency() int { return max(1, goruntime.GOMAXPROCS(0)/2) }
+
+// defaultListConcurrency is the CPUs this process may use: see
+// --watch-cache-list-concurrency.
+func defaultListConcurrency() int { return goruntime.GOMAXPROCS(0) }

@@ -133,6 +133,9 @@ type Config struct {
 	// InitialEvents bounds how many watchers stream initial events at once,
 	// across the caches that share it; see InitialEventsGate. Nil: no bound.
 	InitialEvents *InitialEventsGate
+	// Lists bounds how many large lists hold their items at once, across
+	// the caches that share it; see ListGate. Nil: no bound.
+	Lists *ListGate
 	// Clock drives bookmarks and waits. Default: the real clock.
 	Clock clock.WithTicker
 }

@@ -87,7 +87,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 			return err
 		}
 	}
-	return c.listFrom(snap, key, opts.Recursive, &pred, fromKey, listObj)
+	return c.listFrom(ctx, snap, key, opts.Recursive, &pred, fromKey, listObj)
 }
 
 // snapshotAt returns the state at exactly rv, unless etcd has compacted rv
@@ -113,7 +113,7 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 				matched = append(matched, o)
 			}
 		}
-		if err := setItems(listObj, matched); err != nil {
+		if err := c.setItems(ctx, listObj, matched); err != nil {
 			return true, err
 		}
 		c.metrics.list(m.IndexName, len(objs), len(matched))
@@ -124,7 +124,7 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 
 // listFrom fills listObj with one page of matching objects from snap,
 // starting at fromKey, and sets the continue token and remaining count.
-func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *storage.SelectionPredicate, fromKey string, listObj runtime.Object) error {
+func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recursive bool, pred *storage.SelectionPredicate, fromKey string, listObj runtime.Object) error {
 	limit := pred.Limit
 	var (
 		count, remaining int64
@@ -159,7 +159,7 @@ func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *stora
 		lastKey = o.key
 		return true
 	})
-	if err := setItems(listObj, matched); err != nil {
+	if err := c.setItems(ctx, listObj, matched); err != nil {
 		return err
 	}
 	c.metrics.list("", fetched, int(count))
@@ -179,6 +179,18 @@ func (c *Cacher) listFrom(snap snapshot, key string, recursive bool, pred *stora
 // setItems fills a list's Items with objs in one allocation. Items share
 // the cached objects' fields, as upstream's cache does: lists are encoded
 // and dropped, never mutated.
+// setItems copies objs into listObj's items, once the list gate lets a
+// list of that size through.
+func (c *Cacher) setItems(ctx context.Context, listObj runtime.Object, objs []*object) error {
+	if err := c.cfg.Lists.enter(ctx, len(objs), c.metrics.listsWaiting); err != nil {
+		// Its client left, or its deadline passed: 504, as for a request
+		// that timed out anywhere else.
+		return apierrors.NewTimeoutError(fmt.Sprintf("too many large lists at once: this list of %d %s waited "+
+			"for the ones ahead of it until its request ended (%v)", len(objs), c.cfg.GroupResource, err), 1)
+	}
+	return setItems(listObj, objs)
+}
+
 func setItems(listObj runtime.Object, objs []*object) error {
 	ptr, err := meta.GetItemsPtr(listObj)
 	if err != nil {

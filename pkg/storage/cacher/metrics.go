@@ -60,6 +60,13 @@ var (
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
 
+	listsWaiting = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "lists_waiting",
+		Help: "Large lists from the cache waiting for their place before copying their items; " +
+			"--watch-cache-list-concurrency bounds how many hold their items at once.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+
 	etcdWatchRestarts = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
 		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "etcd_watch_restarts_total",
 		Help: "Times the cache re-opened its etcd watch from its head without re-listing, by why the watch ended: " +
@@ -89,7 +96,7 @@ func registerMetrics() {
 		// here too makes them work for a cache used without one, as in tests.
 		upstream.Register()
 		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
-			historyBytesGauge, historyEvictedCounter, initialEventsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap)
+			historyBytesGauge, historyEvictedCounter, initialEventsWaiting, listsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap)
 	})
 }
 
@@ -100,6 +107,7 @@ type cacheMetrics struct {
 	eventsDispatched compbasemetrics.CounterMetric
 	initEvents       compbasemetrics.CounterMetric
 	initWaiting      compbasemetrics.GaugeMetric
+	listsWaiting     compbasemetrics.GaugeMetric
 	terminated       compbasemetrics.CounterMetric
 	initializations  compbasemetrics.CounterMetric
 	initErrors       compbasemetrics.CounterMetric
@@ -125,6 +133,7 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 		eventsDispatched: upstream.EventsCounter.WithLabelValues(g, r),
 		initEvents:       upstream.InitCounter.WithLabelValues(g, r),
 		initWaiting:      initialEventsWaiting.WithLabelValues(g, r),
+		listsWaiting:     listsWaiting.WithLabelValues(g, r),
 		terminated:       upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
 		initializations:  upstream.WatchCacheInitializations.WithLabelValues(g, r),
 		initErrors:       upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),

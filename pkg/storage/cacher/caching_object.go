@@ -27,7 +27,7 @@ type cachingObject struct {
 	obj runtime.Object
 
 	// slot, if set, is the cached object's reference to this one, which
-	// detach clears.
+	// expire clears.
 	slot *atomic.Pointer[cachingObject]
 
 	// mu guards encodings.

@@ -91,7 +91,9 @@ func writeChart(path string) error {
 	chartMu.Lock()
 	defer chartMu.Unlock()
 	if len(chartData) == 0 {
-		return fmt.Errorf("no fan-out results to draw; run BenchmarkFanOutFixedRate with -chart")
+		// make bench always asks for the chart, whatever BENCH_FILTER runs.
+		fmt.Fprintln(os.Stderr, "chart: no BenchmarkFanOutFixedRate results, nothing drawn")
+		return nil
 	}
 	cpu, p99 := plot.New(), plot.New()
 	cpu.Title.Text, cpu.X.Label.Text, cpu.Y.Label.Text = "CPU per delivered event", "watchers", "µs"

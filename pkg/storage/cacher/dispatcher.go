@@ -264,6 +264,11 @@ func (d *dispatcher) headChanged() <-chan struct{} {
 // initialEvents is what a new watcher receives before the stream.
 type initialEvents struct {
 	snap snapshot
+	// indexed says that objs, the state's objects with the watcher's
+	// trigger value in key order, are the watcher's candidates, instead of
+	// snap's every object.
+	indexed bool
+	objs    []*object
 	// endBookmark asks for the initial-events-end bookmark after the objects.
 	endBookmark bool
 }
@@ -286,7 +291,13 @@ func (d *dispatcher) register(w *watcher, withInit, endBookmark, startAtHead boo
 	case withInit:
 		snap := d.store.latest()
 		w.cursor = snap.rv
-		d.startCatchUpLocked(w, &initialEvents{snap: snap, endBookmark: endBookmark})
+		init := &initialEvents{snap: snap, endBookmark: endBookmark}
+		if w.hasTrigger {
+			// Under d.mu the store's indexes hold snap's state. An agent's
+			// watch-list reads its own objects, not every object.
+			init.objs, _, init.indexed = d.store.byIndex(storage.FieldIndex(d.pres.trigger), w.trigger)
+		}
+		d.startCatchUpLocked(w, init)
 	case startAtHead:
 		w.cursor = head
 		d.addLocked(w)
@@ -423,13 +434,22 @@ func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 		return false
 	}
 	sent := 0
-	init.snap.scan(w.key, w.recursive, "", func(o *object) bool {
+	each := func(o *object) bool {
 		if o.matches(w.pred, d.pres, nil) {
 			ok = turn.send(watch.Event{Type: watch.Added, Object: d.pres.caching(o)})
 			sent++
 		}
 		return ok
-	})
+	}
+	if init.indexed {
+		for _, o := range init.objs {
+			if w.covers(o.key) && !each(o) {
+				break
+			}
+		}
+	} else {
+		init.snap.scan(w.key, w.recursive, "", each)
+	}
 	d.metrics.initEvents.Add(float64(sent))
 	if ok && init.endBookmark {
 		ok = turn.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.rv, true)})

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
+	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 )
@@ -99,6 +100,20 @@ func receive(t *testing.T, w watch.Interface, n int) []got {
 		}
 	}
 	return out
+}
+
+// waitGauge waits until g reads n; what names what it counts.
+func waitGauge(t testing.TB, g compbasemetrics.GaugeMetric, n float64, what string) {
+	t.Helper()
+	var v float64
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
+		func(context.Context) (bool, error) {
+			var err error
+			v, err = testutil.GetGaugeMetricValue(g)
+			return v == n, err
+		}); err != nil {
+		t.Fatalf("%v %s, want %v", v, what, n)
+	}
 }
 
 func expectNothing(t *testing.T, w *watcher) {

@@ -8,8 +8,9 @@ import (
 )
 
 // encodingExpiry forgets the cachingObjects cached objects keep, with their
-// encodings, ttl after they were made. Encode-once matters while an event or a watch-list's
-// initial state is being sent to many watchers, which takes seconds; kept
+// encodings, ttl after they were made. Encode-once matters while an event
+// or a watch-list's initial state is being sent to many watchers, which
+// takes seconds; kept
 // for as long as the object is current, the encodings would add about the
 // object's serialized size to every object ever sent, for good. Upstream
 // keeps an event's encodings only while it is dispatched.

@@ -91,7 +91,7 @@ func (e *event) size() int64 {
 func (e *event) forWatcher(p *storage.SelectionPredicate, v storage.Versioner, pr *presenter, m *eventFields) (watch.Event, bool) {
 	var cf, pf *objectFields
 	if m != nil {
-		cf, pf = m.cur, m.prev
+		cf, pf = &m.cur, &m.prev
 	}
 	curMatch := e.typ != watch.Deleted && e.cur.matches(p, pr, cf)
 	prevMatch := e.prev != nil && e.prev.matches(p, pr, pf)

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
-	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/utils/ptr"
 )
 
@@ -63,14 +62,7 @@ func (h *gateHarness) watchList() *watcher {
 // waiting waits until n watchers wait for a turn, as the gauge says.
 func (h *gateHarness) waiting(n int) {
 	h.t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
-		func(context.Context) (bool, error) {
-			v, err := testutil.GetGaugeMetricValue(h.metrics.initWaiting)
-			return int(v) == n, err
-		})
-	if err != nil {
-		h.t.Fatalf("never %d watchers waiting for a turn", n)
-	}
+	waitGauge(h.t, h.metrics.initWaiting, float64(n), "watchers waiting for a turn")
 }
 
 // initialEvents reads a watch-list's three objects and its bookmark.

@@ -176,9 +176,6 @@ func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recurs
 	return c.cfg.Versioner.UpdateList(listObj, snap.rv, continueToken, remainingCount)
 }
 
-// setItems fills a list's Items with objs in one allocation. Items share
-// the cached objects' fields, as upstream's cache does: lists are encoded
-// and dropped, never mutated.
 // setItems copies objs into listObj's items, once the list gate lets a
 // list of that size through.
 func (c *Cacher) setItems(ctx context.Context, listObj runtime.Object, objs []*object) error {
@@ -191,6 +188,9 @@ func (c *Cacher) setItems(ctx context.Context, listObj runtime.Object, objs []*o
 	return setItems(listObj, objs)
 }
 
+// setItems fills a list's Items with objs in one allocation. Items share
+// the cached objects' fields, as upstream's cache does: lists are encoded
+// and dropped, never mutated.
 func setItems(listObj runtime.Object, objs []*object) error {
 	ptr, err := meta.GetItemsPtr(listObj)
 	if err != nil {

@@ -14,30 +14,14 @@ import (
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
 	compbasemetrics "k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
-// countGauge is a registered gauge a test can read.
-type countGauge struct{ *compbasemetrics.Gauge }
-
-func newCountGauge() *countGauge {
+// newWaitingGauge is a registered gauge, which waitGauge can read.
+func newWaitingGauge() *compbasemetrics.Gauge {
 	g := compbasemetrics.NewGauge(&compbasemetrics.GaugeOpts{Name: "lists_waiting_test"})
 	compbasemetrics.NewKubeRegistry().MustRegister(g)
-	return &countGauge{g}
-}
-
-func (g *countGauge) value() int64 {
-	v, _ := testutil.GetGaugeMetricValue(g.Gauge)
-	return int64(v)
-}
-
-func (g *countGauge) waitFor(t *testing.T, n int64) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
-		func(context.Context) (bool, error) { return g.value() == n, nil }); err != nil {
-		t.Fatalf("%d lists waiting, want %d", g.value(), n)
-	}
+	return g
 }
 
 // listEntry is one list's passage through a gate, entered in the background.
@@ -46,7 +30,7 @@ type listEntry struct {
 	done   chan error
 }
 
-func enterList(g *ListGate, items int, waiting *countGauge) *listEntry {
+func enterList(g *ListGate, items int, waiting *compbasemetrics.Gauge) *listEntry {
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &listEntry{cancel: cancel, done: make(chan error, 1)}
 	go func() { e.done <- g.enter(ctx, items, waiting) }()
@@ -84,9 +68,9 @@ func (e *listEntry) waitIn(t *testing.T, what string) {
 // the queue without a place.
 func TestListGate(t *testing.T) {
 	const hold = 10 * time.Second
-	newGate := func(concurrency int) (*ListGate, *testingclock.FakeClock, *countGauge) {
+	newGate := func(concurrency int) (*ListGate, *testingclock.FakeClock, *compbasemetrics.Gauge) {
 		clk := testingclock.NewFakeClock(time.Unix(1000, 0))
-		return NewListGate(ListGateConfig{Concurrency: concurrency, MinItems: 10, Hold: hold, Clock: clk}), clk, newCountGauge()
+		return NewListGate(ListGateConfig{Concurrency: concurrency, MinItems: 10, Hold: hold, Clock: clk}), clk, newWaitingGauge()
 	}
 
 	t.Run("bound, in order", func(t *testing.T) {
@@ -95,9 +79,9 @@ func TestListGate(t *testing.T) {
 		a.waitIn(t, "the first list")
 		b.waitIn(t, "the second list")
 		c := enterList(g, 10, waiting)
-		waiting.waitFor(t, 1)
+		waitGauge(t, waiting, 1, "lists waiting")
 		d := enterList(g, 10, waiting)
-		waiting.waitFor(t, 2)
+		waitGauge(t, waiting, 2, "lists waiting")
 		if c.in(t) || d.in(t) {
 			t.Fatal("a third list got in with two places")
 		}
@@ -105,13 +89,13 @@ func TestListGate(t *testing.T) {
 		small.waitIn(t, "a small list, the gate full")
 		b.cancel()
 		c.waitIn(t, "the first list waiting, once a place was free")
-		waiting.waitFor(t, 1)
+		waitGauge(t, waiting, 1, "lists waiting")
 		if d.in(t) {
 			t.Fatal("the second list waiting got in before the first")
 		}
 		a.cancel()
 		d.waitIn(t, "the second list waiting")
-		waiting.waitFor(t, 0)
+		waitGauge(t, waiting, 0, "lists waiting")
 	})
 
 	t.Run("hold", func(t *testing.T) {
@@ -121,7 +105,7 @@ func TestListGate(t *testing.T) {
 			t.Fatal(err)
 		}
 		next := enterList(g, 10, waiting)
-		waiting.waitFor(t, 1)
+		waitGauge(t, waiting, 1, "lists waiting")
 		clk.Step(hold - time.Millisecond)
 		if next.in(t) {
 			t.Fatal("a list got in before the one ahead ended or held its place for the hold")
@@ -135,7 +119,7 @@ func TestListGate(t *testing.T) {
 		a := enterList(g, 10, waiting)
 		a.waitIn(t, "the first list")
 		b := enterList(g, 10, waiting)
-		waiting.waitFor(t, 1)
+		waitGauge(t, waiting, 1, "lists waiting")
 		b.cancel()
 		select {
 		case err := <-b.done:
@@ -145,7 +129,7 @@ func TestListGate(t *testing.T) {
 		case <-time.After(wait.ForeverTestTimeout):
 			t.Fatal("a list whose request ended kept waiting")
 		}
-		waiting.waitFor(t, 0)
+		waitGauge(t, waiting, 0, "lists waiting")
 		a.cancel()
 		enterList(g, 10, waiting).waitIn(t, "the list after, the place taken by nobody")
 	})
@@ -156,7 +140,7 @@ func TestListGate(t *testing.T) {
 			t.Fatal("a concurrency of 0 made a gate")
 		}
 		for range 3 {
-			if err := g.enter(context.Background(), 1_000_000, newCountGauge()); err != nil {
+			if err := g.enter(context.Background(), 1_000_000, newWaitingGauge()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -197,7 +181,7 @@ func TestListGateInGetList(t *testing.T) {
 		}
 		second <- err
 	}()
-	waitingLists(t, c, 1)
+	waitGauge(t, c.metrics.listsWaiting, 1, "large lists waiting")
 
 	pinned := storage.SelectionPredicate{Label: labels.Everything(), Field: fields.OneTermEqualSelector("spec.nodeName", "node-1"),
 		GetAttrs: podAttrs, IndexFields: []string{"spec.nodeName"}}
@@ -210,12 +194,12 @@ func TestListGateInGetList(t *testing.T) {
 		_, err := list(late, storage.Everything)
 		lateErr <- err
 	}()
-	waitingLists(t, c, 2)
+	waitGauge(t, c.metrics.listsWaiting, 2, "large lists waiting")
 	endLate()
 	if err := <-lateErr; !apierrors.IsTimeout(err) {
 		t.Fatalf("a large list whose request ended while it waited: %v, want 504 Timeout", err)
 	}
-	waitingLists(t, c, 1)
+	waitGauge(t, c.metrics.listsWaiting, 1, "large lists waiting")
 
 	select {
 	case err := <-second:
@@ -230,17 +214,5 @@ func TestListGateInGetList(t *testing.T) {
 		}
 	case <-time.After(wait.ForeverTestTimeout):
 		t.Fatal("the second large list never got in after the first ended")
-	}
-}
-
-func waitingLists(t *testing.T, c *testCacher, n float64) {
-	t.Helper()
-	var v float64
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
-		var err error
-		v, err = testutil.GetGaugeMetricValue(c.metrics.listsWaiting)
-		return v == n, err
-	}); err != nil {
-		t.Fatalf("%v large lists waiting, want %v", v, n)
 	}
 }

@@ -50,11 +50,11 @@ func (pr *presenter) fields(o *object) *objectFields {
 }
 
 // eventFields are an event's objects' fields, computed at most once for
-// all the watchers it is offered to.
-type eventFields struct{ cur, prev *objectFields }
+// all the watchers it is offered to: one allocation an event.
+type eventFields struct{ cur, prev objectFields }
 
 func (pr *presenter) eventFields(e *event) *eventFields {
-	return &eventFields{cur: pr.fields(e.cur), prev: pr.fields(e.prev)}
+	return &eventFields{cur: objectFields{pr: pr, o: e.cur}, prev: objectFields{pr: pr, o: e.prev}}
 }
 
 // objectFields is one object's selectable fields, computed at most once.

@@ -15,15 +15,25 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 )
 
-// REST is the generic registry store with one difference: a resourceVersion
-// that is not a number is rejected here with 400 Bad Request.
+// REST is the generic registry store with two differences.
 //
-// Upstream lets it reach storage, where etcd3 and the watch cache turn it
-// into a 500. We check it in the REST layer on purpose, so that the answer is
-// the same with the watch cache on or off.
+// A resourceVersion that is not a number is rejected here with 400 Bad
+// Request. Upstream lets it reach storage, where etcd3 and the watch cache
+// turn it into a 500. We check it in the REST layer on purpose, so that the
+// answer is the same with the watch cache on or off.
+//
+// A list from the watch cache is answered with the cached objects
+// themselves, not copies of them (see sharedList).
 type REST struct {
 	*genericregistry.Store
+	// lister is Store with a NewListFunc that returns a storageList.
+	lister     *genericregistry.Store
 	shortNames []string
+}
+
+// listResponder is a storageList, of any item type.
+type listResponder interface {
+	response(newList func() runtime.Object) (runtime.Object, error)
 }
 
 var (
@@ -31,9 +41,15 @@ var (
 	_ rest.CategoriesProvider = &REST{}
 )
 
-// NewREST wraps a completed store that answers to the given short names.
-func NewREST(store *genericregistry.Store, shortNames ...string) *REST {
-	return &REST{Store: store, shortNames: shortNames}
+// NewREST wraps a completed store of objects of type T, whose list type has
+// Items []T, that answers to the given short names.
+func NewREST[T any, PT interface {
+	*T
+	runtime.Object
+}](store *genericregistry.Store, shortNames ...string) *REST {
+	lister := *store
+	lister.NewListFunc = func() runtime.Object { return &storageList[T, PT]{} }
+	return &REST{Store: store, lister: &lister, shortNames: shortNames}
 }
 
 // ShortNames implements rest.ShortNamesProvider.
@@ -57,7 +73,15 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 			return nil, err
 		}
 	}
-	return r.Store.List(ctx, options)
+	out, err := r.lister.List(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	l, ok := out.(listResponder)
+	if !ok {
+		return nil, fmt.Errorf("storage answered a list with %T", out)
+	}
+	return l.response(r.Store.NewListFunc)
 }
 
 // Watch implements rest.Watcher.

@@ -7,6 +7,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
@@ -78,5 +80,75 @@ func TestListExpiredContinuation(t *testing.T) {
 	}
 	if third.ResourceVersion != second.ResourceVersion {
 		t.Fatalf("pages after the fresh token disagree on resourceVersion: %s and %s", second.ResourceVersion, third.ResourceVersion)
+	}
+}
+
+// sharingPodList takes the cache's objects through ShareItems.
+type sharingPodList struct {
+	example.PodList
+	shared []runtime.Object
+}
+
+func (l *sharingPodList) ShareItems(objs []runtime.Object) { l.shared = objs }
+
+// TestSharingList: every list served from the cache hands a SharingList the
+// cached objects themselves, the same pointers to every list, and gives any
+// other list copies that a caller may change.
+func TestSharingList(t *testing.T) {
+	c := newTestCacher(t, withNodeNameIndex)
+	ctx := context.Background()
+	for _, name := range []string{"a", "b", "c"} {
+		pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: example.PodSpec{NodeName: "n1"}}
+		if err := c.Create(ctx, "/pods/ns/"+name, pod, &example.Pod{}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onNode, err := fields.ParseSelector("spec.nodeName=n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		opts storage.ListOptions
+		want int
+	}{
+		{"consistent", storage.ListOptions{Recursive: true, Predicate: storage.Everything}, 3},
+		{"rv 0", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything}, 3},
+		{"by index", storage.ListOptions{Recursive: true, Predicate: storage.SelectionPredicate{
+			Label: labels.Everything(), Field: onNode, GetAttrs: podAttrs, IndexFields: []string{"spec.nodeName"}}}, 3},
+		{"a page", storage.ListOptions{Recursive: true, Predicate: storage.SelectionPredicate{
+			Label: labels.Everything(), Field: fields.Everything(), GetAttrs: podAttrs, Limit: 2}}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			list := func() *sharingPodList {
+				l := &sharingPodList{}
+				if err := c.GetList(ctx, "/pods/", tc.opts, l); err != nil {
+					t.Fatal(err)
+				}
+				if len(l.shared) != tc.want || len(l.Items) != 0 {
+					t.Fatalf("got %d shared objects and %d copied items, want %d shared", len(l.shared), len(l.Items), tc.want)
+				}
+				return l
+			}
+			first, second := list(), list()
+			for i := range first.shared {
+				if first.shared[i] != second.shared[i] {
+					t.Errorf("item %d: two lists got different objects, so the cache copied them", i)
+				}
+			}
+			copied := &example.PodList{}
+			if err := c.GetList(ctx, "/pods/", tc.opts, copied); err != nil {
+				t.Fatal(err)
+			}
+			if len(copied.Items) != tc.want {
+				t.Fatalf("a plain list got %d items, want %d", len(copied.Items), tc.want)
+			}
+			if &copied.Items[0] == first.shared[0].(*example.Pod) {
+				t.Error("a plain list's items are the cache's objects")
+			}
+			if copied.Items[0].Name != first.shared[0].(*example.Pod).Name {
+				t.Errorf("a plain list starts with %q, a shared one with %q", copied.Items[0].Name, first.shared[0].(*example.Pod).Name)
+			}
+		})
 	}
 }

@@ -43,7 +43,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (S
 	statusStore.UpdateStrategy = NewStatusStrategy(s)
 	statusStore.ResetFieldsStrategy = NewStatusStrategy(s)
 	return Storage{
-		Agent:  registry.NewREST(store, "agt"),
+		Agent:  registry.NewREST[fleet.Agent](store, "agt"),
 		Status: registry.NewStatusREST(&statusStore),
 	}, nil
 }

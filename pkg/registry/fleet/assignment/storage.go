@@ -46,7 +46,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (S
 	statusStore.UpdateStrategy = NewStatusStrategy(s)
 	statusStore.ResetFieldsStrategy = NewStatusStrategy(s)
 	return Storage{
-		Assignment: registry.NewREST(store, "asg"),
+		Assignment: registry.NewREST[fleet.Assignment](store, "asg"),
 		Status:     registry.NewStatusREST(&statusStore),
 	}, nil
 }

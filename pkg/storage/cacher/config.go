@@ -133,11 +133,15 @@ type Config struct {
 	// InitialEvents bounds how many watchers stream initial events at once,
 	// across the caches that share it; see InitialEventsGate. Nil: no bound.
 	InitialEvents *InitialEventsGate
-	// Lists bounds how many large lists hold their items at once, across
+	// Lists bounds how many large lists are served at once, across
 	// the caches that share it; see ListGate. Nil: no bound.
 	Lists *ListGate
 	// Clock drives bookmarks and waits. Default: the real clock.
 	Clock clock.WithTicker
+
+	// listPageSize is the page size of the cache's own lists from the
+	// store; tests make it small. Default listPageSize.
+	listPageSize int64
 }
 
 func (c *Config) complete() error {
@@ -169,6 +173,7 @@ func (c *Config) complete() error {
 	setDefault(&c.WatcherBuffer, DefaultWatcherBuffer)
 	setDefault(&c.ConsistencyCheckInterval, DefaultConsistencyCheckInterval)
 	setDefault(&c.WarmStartRevisions, DefaultWarmStartRevisions)
+	setDefault(&c.listPageSize, listPageSize)
 	if c.MaxHistorySize < c.MinHistorySize {
 		c.MaxHistorySize = c.MinHistorySize
 	}

@@ -95,40 +95,61 @@ func (c *Cacher) listAt(ctx context.Context, rev uint64) ([]*object, uint64, err
 	var rv uint64
 	opts := storage.ListOptions{
 		Recursive: true,
-		Predicate: storage.SelectionPredicate{Label: labels.Everything(), Field: fields.Everything(), Limit: listPageSize},
+		Predicate: storage.SelectionPredicate{Label: labels.Everything(), Field: fields.Everything(), Limit: c.cfg.listPageSize},
 	}
 	if rev > 0 {
 		opts.ResourceVersion = strconv.FormatUint(rev, 10)
 		opts.ResourceVersionMatch = metav1.ResourceVersionMatchExact
 	}
 	for {
-		list := c.cfg.NewListFunc()
-		if err := c.cfg.Storage.GetList(ctx, c.cfg.ResourcePrefix, opts, list); err != nil {
-			return nil, 0, fmt.Errorf("listing %s: %w", c.cfg.GroupResource, err)
-		}
-		err := meta.EachListItem(list, func(item runtime.Object) error {
-			o, err := c.newObject(item)
-			if err == nil {
-				objs = append(objs, o)
-			}
-			return err
-		})
+		page, pageRV, next, err := c.listPage(ctx, opts)
 		if err != nil {
 			return nil, 0, err
 		}
-		lm, err := meta.ListAccessor(list)
-		if err != nil {
-			return nil, 0, err
-		}
-		if rv, err = c.cfg.Versioner.ParseResourceVersion(lm.GetResourceVersion()); err != nil {
-			return nil, 0, err
-		}
-		if opts.Predicate.Continue = lm.GetContinue(); opts.Predicate.Continue == "" {
+		objs, rv = append(objs, page...), pageRV
+		if next == "" {
 			return objs, rv, nil
 		}
+		if c.cfg.KeyReader != nil {
+			rest, err := c.listSplit(ctx, rv, objs[len(objs)-1].key)
+			if err != nil {
+				return nil, 0, err
+			}
+			return append(objs, rest...), rv, nil
+		}
 		// Continue tokens carry their revision.
+		opts.Predicate.Continue = next
 		opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
 	}
+}
+
+// listPage reads one page of a list from the underlying store, and returns
+// its objects, its revision and its continue token.
+func (c *Cacher) listPage(ctx context.Context, opts storage.ListOptions) ([]*object, uint64, string, error) {
+	list := c.cfg.NewListFunc()
+	if err := c.cfg.Storage.GetList(ctx, c.cfg.ResourcePrefix, opts, list); err != nil {
+		return nil, 0, "", fmt.Errorf("listing %s: %w", c.cfg.GroupResource, err)
+	}
+	var objs []*object
+	err := meta.EachListItem(list, func(item runtime.Object) error {
+		o, err := c.newObject(item)
+		if err == nil {
+			objs = append(objs, o)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, 0, "", err
+	}
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	rv, err := c.cfg.Versioner.ParseResourceVersion(lm.GetResourceVersion())
+	if err != nil {
+		return nil, 0, "", err
+	}
+	return objs, rv, lm.GetContinue(), nil
 }
 
 // ingest turns one etcd event into a cached event.

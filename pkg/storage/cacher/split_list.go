@@ -1,0 +1,68 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	goruntime "runtime"
+
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// listSplit reads every object after key after at revision rev, in pages
+// of Config.listPageSize read at once by as many goroutines as the process has
+// CPUs. The keys, read first without their values (Config.KeyReader), tell
+// where each page starts; each page is a list from the underlying store
+// with a continue token made for its first key.
+//
+// The store decodes a page in the goroutine that asks for it, and decoding
+// is most of a start: 4.5 of 6 s at 100,000 objects of 1 KiB, read page
+// after page on one core while the others waited. Upstream's reflector
+// reads its pages one after another.
+func (c *Cacher) listSplit(ctx context.Context, rev uint64, after string) ([]*object, error) {
+	var starts []string
+	keys := 0
+	if _, err := c.cfg.KeyReader.ReadKeys(ctx, int64(rev), func(key string, _ int64) {
+		if key <= after {
+			return
+		}
+		if int64(keys)%c.cfg.listPageSize == 0 {
+			starts = append(starts, key)
+		}
+		keys++
+	}); err != nil {
+		return nil, fmt.Errorf("listing %s's keys: %w", c.cfg.GroupResource, err)
+	}
+	prefix, err := storage.PrepareKey(c.cfg.ResourcePrefix, c.cfg.ResourcePrefix, true)
+	if err != nil {
+		return nil, err
+	}
+	pages := make([][]*object, len(starts))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(goruntime.GOMAXPROCS(0))
+	for i, start := range starts {
+		g.Go(func() error {
+			token, err := storage.EncodeContinue(start, prefix, int64(rev))
+			if err != nil {
+				return err
+			}
+			pages[i], _, _, err = c.listPage(gctx, storage.ListOptions{Recursive: true, Predicate: storage.SelectionPredicate{
+				Label: labels.Everything(), Field: fields.Everything(), Limit: c.cfg.listPageSize, Continue: token}})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	objs := make([]*object, 0, keys)
+	for _, page := range pages {
+		objs = append(objs, page...)
+	}
+	// Every page is at rev, so together they hold exactly the keys read.
+	if len(objs) != keys {
+		return nil, fmt.Errorf("listing %s at revision %d: %d keys, but %d objects in their pages", c.cfg.GroupResource, rev, keys, len(objs))
+	}
+	return objs, nil
+}

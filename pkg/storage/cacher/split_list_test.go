@@ -1,0 +1,85 @@
+package cacher
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+	testingclock "k8s.io/utils/clock/testing"
+)
+
+// countingKeys counts the key lists a cache reads.
+type countingKeys struct {
+	KeyReader
+	reads atomic.Int64
+}
+
+func (k *countingKeys) ReadKeys(ctx context.Context, rev int64, fn func(string, int64)) (int64, error) {
+	k.reads.Add(1)
+	return k.KeyReader.ReadKeys(ctx, rev, fn)
+}
+
+// TestListSplit restarts a cache over pods in pages of 3: with a
+// KeyReader the pages after the first are read at once from where the keys
+// say they start; without one, one after another. Either way the cache
+// holds exactly etcd's state, in key order, at one revision.
+func TestListSplit(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		pods      int
+		keyReader bool
+		keyReads  int64
+	}{
+		{name: "one page", pods: 3, keyReader: true, keyReads: 0},
+		{name: "pages read at once", pods: 10, keyReader: true, keyReads: 1},
+		{name: "whole pages read at once", pods: 9, keyReader: true, keyReads: 1},
+		{name: "pages one after another", pods: 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []setupOption
+			if tc.keyReader {
+				opts = append(opts, withKeyReader(testingclock.NewFakeClock(time.Now()), time.Hour))
+			}
+			c := newTestCacher(t, opts...)
+			ctx := context.Background()
+			for i := range tc.pods {
+				pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("ns%d", i%2), Name: fmt.Sprintf("p%02d", i)}}
+				if err := c.Create(ctx, fmt.Sprintf("/pods/%s/%s", pod.Namespace, pod.Name), pod, &example.Pod{}, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var keys *countingKeys
+			restarted := restartCache(t, c, func(cfg *Config) {
+				cfg.listPageSize = 3
+				cfg.WarmStartRevisions = -1 // no backfill, which lists again
+				if cfg.KeyReader != nil {
+					keys = &countingKeys{KeyReader: cfg.KeyReader}
+					cfg.KeyReader = keys
+				}
+			})
+			if keys != nil && keys.reads.Load() != tc.keyReads {
+				t.Errorf("read the keys %d times, want %d", keys.reads.Load(), tc.keyReads)
+			}
+			got, want := &example.PodList{}, &example.PodList{}
+			if err := restarted.GetList(ctx, "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything}, got); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.cfg.Storage.GetList(ctx, "/pods/", storage.ListOptions{Recursive: true, Predicate: storage.Everything}, want); err != nil {
+				t.Fatal(err)
+			}
+			if got.ResourceVersion != want.ResourceVersion || len(got.Items) != len(want.Items) {
+				t.Fatalf("the cache holds %d pods at %s, etcd %d at %s", len(got.Items), got.ResourceVersion, len(want.Items), want.ResourceVersion)
+			}
+			for i := range want.Items {
+				if g, w := got.Items[i], want.Items[i]; g.Namespace != w.Namespace || g.Name != w.Name || g.ResourceVersion != w.ResourceVersion {
+					t.Errorf("pod %d: cache %s/%s@%s, etcd %s/%s@%s", i, g.Namespace, g.Name, g.ResourceVersion, w.Namespace, w.Name, w.ResourceVersion)
+				}
+			}
+		})
+	}
+}

@@ -35,8 +35,8 @@ type WatchCacheOptions struct {
 	// InitialEventsConcurrency bounds how many watches stream initial events
 	// at once, across every resource; 0 is no bound. See cacher.InitialEventsGate.
 	InitialEventsConcurrency int
-	// ListConcurrency bounds how many large lists hold their items at
-	// once, across every resource; 0 is no bound. See cacher.ListGate.
+	// ListConcurrency bounds how many large lists are served at once,
+	// across every resource; 0 is no bound. See cacher.ListGate.
 	ListConcurrency int
 	// Shutdown begins when the server begins to shut down; see cacher.Shutdown.
 	Shutdown *cacher.Shutdown

@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -75,7 +76,7 @@ func share(items []fleet.Assignment, m metav1.ListMeta) *sharedList {
 // the shared objects as they were.
 func TestSharedListEncoding(t *testing.T) {
 	cf, infos := mediaTypes(t)
-	meta := metav1.ListMeta{ResourceVersion: "42", Continue: "dG9rZW4", RemainingItemCount: ptr.To[int64](7)}
+	lm := metav1.ListMeta{ResourceVersion: "42", Continue: "dG9rZW4", RemainingItemCount: ptr.To[int64](7)}
 	for _, n := range []int{0, 1, sharedListChunk - 1, sharedListChunk, sharedListChunk + 1, 3*sharedListChunk + 5} {
 		items := assignments(n, 16)
 		before := assignments(n, 16)
@@ -87,7 +88,7 @@ func TestSharedListEncoding(t *testing.T) {
 			for name, s := range encoders {
 				t.Run(fmt.Sprintf("%d items %s%s", n, info.MediaType, name), func(t *testing.T) {
 					enc := cf.EncoderForVersion(s, v1beta1.SchemeGroupVersion)
-					typed := &fleet.AssignmentList{ListMeta: *meta.DeepCopy(), Items: append([]fleet.Assignment{}, items...)}
+					typed := &fleet.AssignmentList{ListMeta: *lm.DeepCopy(), Items: append([]fleet.Assignment{}, items...)}
 					if n == 0 {
 						typed.Items = []fleet.Assignment{} // as storage answers, and the handler sets
 					}
@@ -95,7 +96,7 @@ func TestSharedListEncoding(t *testing.T) {
 					if err := enc.Encode(typed, &want); err != nil {
 						t.Fatal(err)
 					}
-					if err := enc.Encode(share(items, *meta.DeepCopy()), &got); err != nil {
+					if err := enc.Encode(share(items, *lm.DeepCopy()), &got); err != nil {
 						t.Fatal(err)
 					}
 					if !bytes.Equal(got.Bytes(), want.Bytes()) {
@@ -240,5 +241,30 @@ func TestSharedListGetObject(t *testing.T) {
 	got.Items[0].Name = "changed"
 	if items[0].Name != "a-0" {
 		t.Error("changing the copy changed a shared object")
+	}
+}
+
+// TestSharedListItems: meta's list helpers, which Table and
+// PartialObjectMetadataList responses use, see the shared objects
+// themselves, and the list's metadata.
+func TestSharedListItems(t *testing.T) {
+	items := assignments(3, 4)
+	l := share(items, metav1.ListMeta{ResourceVersion: "9", Continue: "c"})
+	if !meta.IsListType(l) || meta.LenList(l) != 3 {
+		t.Fatalf("IsListType %v, LenList %d", meta.IsListType(l), meta.LenList(l))
+	}
+	i := 0
+	if err := meta.EachListItem(l, func(o runtime.Object) error {
+		if o != &items[i] {
+			t.Errorf("item %d is not the shared object", i)
+		}
+		i++
+		return nil
+	}); err != nil || i != 3 {
+		t.Fatalf("EachListItem visited %d items: %v", i, err)
+	}
+	var li metav1.ListInterface = l
+	if li.GetResourceVersion() != "9" || li.GetContinue() != "c" {
+		t.Errorf("list metadata %+v", l.ListMeta)
 	}
 }

@@ -92,8 +92,8 @@ type Options struct {
 	// InitialEventsConcurrency bounds how many watches stream their initial
 	// events at once; 0 is no bound.
 	InitialEventsConcurrency int
-	// ListConcurrency bounds how many large lists hold their items at
-	// once; 0 is no bound.
+	// ListConcurrency bounds how many large lists are served at once; 0
+	// is no bound.
 	ListConcurrency int
 	// MaxWatches caps the watch requests served at once; past it a new
 	// watch gets 429 with Retry-After. 0 is no cap.
@@ -180,9 +180,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) cliflag.NamedFlagSets {
 			"client reads again. Streaming a state takes a core per watch, so the default, half the CPUs this "+
 			"process may use and at least 1, leaves CPU for writes and the watch stream. 0 is no bound.")
 	wc.IntVar(&o.ListConcurrency, "watch-cache-list-concurrency", o.ListConcurrency,
-		"How many lists of 10,000 objects or more, served from the watch cache across every resource, hold their "+
-			"items at once. A list holds a copy of each object's struct (about 350 bytes for an Assignment) until its "+
-			"response is written, which takes a core; the others wait, first come first served, for at most 10s each "+
+		"How many lists of 10,000 objects or more, served from the watch cache across every resource, are written "+
+			"at once. Writing a list takes a core; the others wait, first come first served, for at most 10s each "+
 			"ahead of them. The default is the CPUs this process may use. 0 is no bound.")
 	wc.Var(&o.HistoryBudget, "watch-cache-history-budget",
 		"The most memory, estimated, that each resource's watch cache history may hold in object versions, as a "+

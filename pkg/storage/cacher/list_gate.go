@@ -12,9 +12,9 @@ import (
 // Defaults for ListGateConfig.
 const (
 	// DefaultListGateMinItems is the size from which a list goes through
-	// the gate: its items take 3-4 MB (a list holds a copy of every object's
-	// struct, about 350 bytes for an Assignment, whatever its payload), and
-	// it takes the handler tens of milliseconds or more to encode.
+	// the gate: it takes the handler tens of milliseconds or more to
+	// encode, and a list that copies its items (not a SharingList) holds
+	// 3-4 MB of them, about 350 bytes an Assignment whatever its payload.
 	DefaultListGateMinItems = 10_000
 	// DefaultListGateHold is the longest a list keeps its place: a list of
 	// 100,000 objects of 1 KiB is written in about 2 s. A client that reads
@@ -24,14 +24,15 @@ const (
 )
 
 // ListGate bounds how many large lists, across every cache built with it,
-// hold their items at once. A list from the cache holds a copy of every
-// matching object's struct until its response is written, and writing a
-// response takes a core (encoding, compression, TLS); lists beyond the
-// cores only hold their items while they wait for CPU. Eight concurrent
-// lists of 100,000 objects held 275 MB at once on two cores, 40% of the
-// server's RSS. The others wait, first come first served, having matched
-// their objects but before copying them; a list keeps its place until its
-// request ends (its context is done), or for a hold's length.
+// are served at once. Writing a list's response takes a core (encoding,
+// compression, TLS): lists beyond the cores only wait for CPU, holding
+// their items meanwhile. A SharingList holds 16 bytes an item; a list that
+// copies holds each object's struct until its response is written, and
+// eight such lists of 100,000 objects at once held 275 MB on two cores,
+// 40% of the server's RSS. The others wait, first come first served,
+// having matched their objects but before taking them; a list keeps its
+// place until its request ends (its context is done), or for a hold's
+// length.
 //
 // Upstream bounds lists through priority and fairness, which counts a list
 // of many objects as several seats but does not bound their memory; the
@@ -48,7 +49,7 @@ type ListGate struct {
 
 // ListGateConfig configures NewListGate.
 type ListGateConfig struct {
-	// Concurrency is how many large lists hold their items at once; 0 is
+	// Concurrency is how many large lists are served at once; 0 is
 	// no bound.
 	Concurrency int
 	// MinItems is the size from which a list goes through the gate.

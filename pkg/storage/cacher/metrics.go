@@ -62,8 +62,8 @@ var (
 
 	listsWaiting = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
 		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "lists_waiting",
-		Help: "Large lists from the cache waiting for their place before copying their items; " +
-			"--watch-cache-list-concurrency bounds how many hold their items at once.",
+		Help: "Large lists from the cache waiting for their place before taking their items; " +
+			"--watch-cache-list-concurrency bounds how many are written at once.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
 

@@ -111,7 +111,7 @@ func (c *Cacher) listAt(ctx context.Context, rev uint64) ([]*object, uint64, err
 			return objs, rv, nil
 		}
 		if c.cfg.KeyReader != nil {
-			rest, err := c.listSplit(ctx, rv, objs[len(objs)-1].key)
+			rest, err := c.listSplit(ctx, opts, rv, objs[len(objs)-1].key)
 			if err != nil {
 				return nil, 0, err
 			}

@@ -130,6 +130,9 @@ func (c *Cacher) listPage(ctx context.Context, opts storage.ListOptions) ([]*obj
 	if err := c.cfg.Storage.GetList(ctx, c.cfg.ResourcePrefix, opts, list); err != nil {
 		return nil, 0, "", fmt.Errorf("listing %s: %w", c.cfg.GroupResource, err)
 	}
+	if err := exactItems(list); err != nil {
+		return nil, 0, "", err
+	}
 	var objs []*object
 	err := meta.EachListItem(list, func(item runtime.Object) error {
 		o, err := c.newObject(item)
@@ -141,6 +144,7 @@ func (c *Cacher) listPage(ctx context.Context, opts storage.ListOptions) ([]*obj
 	if err != nil {
 		return nil, 0, "", err
 	}
+	rehomeAnnotations(objs)
 	lm, err := meta.ListAccessor(list)
 	if err != nil {
 		return nil, 0, "", err

@@ -76,12 +76,12 @@ func (in *interner) object(obj runtime.Object) {
 	if l := m.GetLabels(); len(l) > 0 {
 		m.SetLabels(in.labelSet(l))
 	}
-	if a := m.GetAnnotations(); len(a) > 0 {
-		shared := make(map[string]string, len(a))
-		for k, v := range a {
-			shared[in.str(k)] = v
-		}
-		m.SetAnnotations(shared)
+	// In place: assigning to a string key that is there already stores
+	// the key given, so the map keeps the shared keys without a second
+	// map, whose garbage would leave holes among the maps that stay.
+	a := m.GetAnnotations()
+	for k, v := range a {
+		a[in.str(k)] = v
 	}
 	f := m.GetFinalizers()
 	for i := range f {

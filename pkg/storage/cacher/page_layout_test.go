@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"reflect"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -65,13 +66,8 @@ func firstItem(t *testing.T, list runtime.Object) runtime.Object {
 }
 
 func sliceLenCap(ptr any) (int, int) {
-	switch s := ptr.(type) {
-	case *[]metav1.PartialObjectMetadata:
-		return len(*s), cap(*s)
-	case *[]unstructured.Unstructured:
-		return len(*s), cap(*s)
-	}
-	return -1, -1
+	v := reflect.ValueOf(ptr).Elem()
+	return v.Len(), v.Cap()
 }
 
 func TestRehomeAnnotations(t *testing.T) {

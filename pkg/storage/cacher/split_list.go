@@ -10,8 +10,8 @@ import (
 )
 
 // listSplit reads every object after key after at revision rev, in pages
-// of opts' limit (Config.listPageSize) read at once by as many goroutines as the process has
-// CPUs. The keys, read first without their values (Config.KeyReader), tell
+// of opts' limit (Config.listPageSize) read at once by as many goroutines
+// as the process has CPUs. The keys, read first without their values (Config.KeyReader), tell
 // where each page starts; each page is a list from the underlying store
 // with a continue token made for its first key.
 //

@@ -228,7 +228,7 @@ func runHTTP(b *testing.B, impl string, sc scenario) {
 	}
 	cpuStart, rssWatching := procStats(b, server.Process.Pid)
 	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
-		go profile(ctx, cfg, filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", impl, sc.streams)))
+		go profile(ctx, cfg, "profile", filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", impl, sc.streams)))
 	}
 	start := time.Now()
 	interval := time.Duration(float64(time.Second) / sc.rate)
@@ -271,15 +271,16 @@ func runHTTP(b *testing.B, impl string, sc scenario) {
 	}
 }
 
-// profile saves a CPU profile of the server taken while the writes run,
-// for BENCH_PROFILE_DIR; it does not change the figures.
-func profile(ctx context.Context, cfg *rest.Config, path string) {
+// profile saves a 2 s CPU profile of the server taken while the writes
+// run, for BENCH_PROFILE_DIR, or a runtime trace (kind "trace") for
+// BENCH_TRACE_DIR; it does not change the figures.
+func profile(ctx context.Context, cfg *rest.Config, kind, path string) {
 	rc, err := rest.UnversionedRESTClientFor(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig,
 		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
 	if err != nil {
 		return
 	}
-	data, err := rc.Get().AbsPath("/debug/pprof/profile").Param("seconds", "2").DoRaw(ctx)
+	data, err := rc.Get().AbsPath("/debug/pprof/"+kind).Param("seconds", "2").DoRaw(ctx)
 	if err == nil {
 		_ = os.WriteFile(path, data, 0o600)
 	}

@@ -72,6 +72,14 @@ type scaleServer struct {
 	cmd  *exec.Cmd
 }
 
+// newScaleServer is a server on a free port over etcdURL, keeping its
+// certificates and kubeconfig in dataDir, with no bound on requests in
+// flight: the benchmarks measure the cache, not the limits before it.
+func newScaleServer(b *testing.B, bin, dataDir, etcdURL string) *scaleServer {
+	return &scaleServer{bin: bin, args: []string{"--data-dir", dataDir, "--secure-port", strconv.Itoa(freePort(b)),
+		"--etcd-servers", etcdURL, "--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0"}}
+}
+
 func (s *scaleServer) start(b *testing.B) {
 	s.cmd = start(b, s.bin, s.args...)
 }
@@ -97,9 +105,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 		b.Fatal(err)
 	}
 	start(b, filepath.Join(bins, "etcd"), append(loopbacketcd.Args(members[0], members), "--quota-backend-bytes", strconv.Itoa(8<<30))...)
-	srv := &scaleServer{bin: filepath.Join(bins, impl), args: []string{"--data-dir", filepath.Join(dir, "server"),
-		"--secure-port", strconv.Itoa(freePort(b)), "--etcd-servers", members[0].ClientURL(),
-		"--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0"}}
+	srv := newScaleServer(b, filepath.Join(bins, impl), filepath.Join(dir, "server"), members[0].ClientURL())
 	srv.start(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -139,7 +145,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 		b.ReportMetric(ms(took), fmt.Sprintf("%dlists-all-ms", n))
 	}
 
-	watchListRun(ctx, b, cfg, hc, base, sz.watchLists)
+	watchListRun(ctx, b, cfg, hc, base, sz.watchLists, false)
 	// Ours keeps each encoding a watch asked for with the object it
 	// encodes, for the watchers after, for 10 s (cacher.DefaultEncodingTTL);
 	// this is what stays once that passed.
@@ -351,7 +357,7 @@ func peakRSS(b *testing.B, pid int) int64 {
 // watchListRun measures writes at 100/s alone, then beside clients that
 // each stream every object with sendInitialEvents, and reports the time
 // to each client's initial-events-end bookmark and the writes' p99 both ways.
-func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, clients int) {
+func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, clients int, warmUp bool) {
 	// The writer is another client, as a controller would be: with its own
 	// connection, not one multiplexed with the watch-lists' HTTP/2 streams,
 	// where its responses would wait for their frames.
@@ -376,6 +382,13 @@ func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 		}
 		return took
 	}
+	// Writes in the first seconds after a start are slower, while the
+	// start's garbage is collected (p99 up to 40 ms within 30 s of a
+	// restart): 10 s of them, not measured, keep that out of the figure
+	// for servers measured right after they start.
+	if warmUp {
+		writes(nil, 1000)
+	}
 	// 20 s of writes alone, of the order of those beside the watch-lists
 	// (20 to 45 s), so that both p99s rest on a like number of samples:
 	// with 500 the p99 alone was the fifth-slowest write and varied 2×
@@ -390,7 +403,10 @@ func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 	url := base + "?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
 	t0 := time.Now()
 	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
-		go profile(ctx, cfg, filepath.Join(dir, fmt.Sprintf("watchlists-%d.pprof", clients)))
+		go profile(ctx, cfg, "profile", filepath.Join(dir, fmt.Sprintf("watchlists-%d.pprof", clients)))
+	}
+	if dir := os.Getenv("BENCH_TRACE_DIR"); dir != "" {
+		go profile(ctx, cfg, "trace", filepath.Join(dir, fmt.Sprintf("watchlists-%d-%d.trace", clients, time.Now().UnixNano())))
 	}
 	for i := range clients {
 		wg.Add(1)

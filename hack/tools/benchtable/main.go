@@ -41,7 +41,9 @@ func main() {
 // implPattern finds the implementation in a benchmark name: …/ours-2,
 // …/impl=ours-2, or …/impl=ours/… where sub-benchmarks follow (as in
 // upstream's store benchmarks, which name their own sub-benchmarks).
-var implPattern = regexp.MustCompile(`/(?:impl=(ours|upstream|etcd3)(?:/|-\d+$|$)|(ours|upstream|etcd3)(?:-\d+)?$)`)
+// A #01 that go test adds to a name run again within one benchmark, as
+// BenchmarkWatchListWrites runs its rounds, marks a repeat.
+var implPattern = regexp.MustCompile(`/(?:impl=(ours|upstream|etcd3)(?:#\d+)?(?:/|-\d+$|$)|(ours|upstream|etcd3)(?:#\d+)?(?:-\d+)?$)`)
 
 // procsSuffix is the GOMAXPROCS suffix go test appends to a name.
 var procsSuffix = regexp.MustCompile(`-\d+$`)

@@ -20,6 +20,10 @@ BenchmarkFanOut/watchers=1000/upstream-2  1   94591775 ns/op   12.0 %delivered  
 BenchmarkFanOut/watchers=1000/etcd3-2     1   94591775 ns/op  100.0 %delivered  0 closed  10 cpu-us/event
 BenchmarkHTTPWatch/streams=1000/impl=ours-2      1  1 ns/op  22000 events/s
 BenchmarkHTTPWatch/streams=1000/impl=upstream-2  1  1 ns/op  20000 events/s
+BenchmarkWatchListWrites/impl=ours-2         1  1 ns/op  4 writes-p99-ms
+BenchmarkWatchListWrites/impl=upstream-2     1  1 ns/op  100 writes-p99-ms
+BenchmarkWatchListWrites/impl=ours#01-2      1  1 ns/op  6 writes-p99-ms
+BenchmarkWatchListWrites/impl=upstream#01-2  1  1 ns/op  300 writes-p99-ms
 BenchmarkUpstreamStore/impl=ours/List/RV=Exact/Scope=Cluster-2      200  1 ns/op  4000 list-objs/s
 BenchmarkUpstreamStore/impl=upstream/List/RV=Exact/Scope=Cluster-2  200  1 ns/op  2000 list-objs/s
 BenchmarkOther  1  5 ns/op
@@ -36,6 +40,7 @@ ok  	pkg	1s
 		"| FanOut/watchers=1000 | closed | 0.00 (0.00–0.00) | 950 (900–986) | 0.00× | 3 |",
 		"| HTTPWatch/streams=1000 | events/s | 22.0 k | 20.0 k | 1.10× | 1 |",
 		"| UpstreamStore/List/RV=Exact/Scope=Cluster | list-objs/s | 4000 | 2000 | 2.00× | 1 |",
+		"| WatchListWrites | writes-p99-ms | 5.00 (4.00–6.00) | 200 (100–300) | 0.03× | 2 |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks\n%s\nin\n%s", want, out.String())

@@ -1,0 +1,104 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/loopbacketcd"
+	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
+)
+
+// BenchmarkWatchListWrites measures one figure of BenchmarkScale on its
+// own, and more often: the writes' p99 beside concurrent watch-lists,
+// against the same writes alone. It loads one etcd once, then runs each
+// server over it in turn, round after round, so that the servers are
+// compared on the same data, interleaved in time: about 4 minutes a
+// round of three servers, where BenchmarkScale takes twenty a repeat.
+// make bench-watchlist-writes runs it.
+//
+// WATCHLIST_OBJECTS (10,000) and WATCHLIST_CLIENTS (100) size it;
+// WATCHLIST_ROUNDS (3) repeats it; WATCHLIST_IMPLS=ours leaves upstream
+// out; WATCHLIST_ALT=path,… adds server binaries, impl=alt=<file name>,
+// for an A/B of a change against ours.
+// BENCH_TRACE_DIR saves a 2 s runtime trace of each server as its
+// watch-lists start, for go tool trace.
+func BenchmarkWatchListWrites(b *testing.B) {
+	objects, clients, rounds := envInt("WATCHLIST_OBJECTS", 10_000), envInt("WATCHLIST_CLIENTS", 100), envInt("WATCHLIST_ROUNDS", 3)
+	bins := build(b)
+	type impl struct{ name, bin string }
+	var impls []impl
+	for _, name := range strings.Split(cmp.Or(os.Getenv("WATCHLIST_IMPLS"), "ours,upstream"), ",") {
+		impls = append(impls, impl{name, filepath.Join(bins, name)})
+	}
+	if alts := os.Getenv("WATCHLIST_ALT"); alts != "" {
+		for _, alt := range strings.Split(alts, ",") {
+			impls = append(impls, impl{"alt=" + filepath.Base(alt), alt})
+		}
+	}
+	dir := b.TempDir()
+	members, err := loopbacketcd.NewMembers(filepath.Join(dir, "etcd"), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start(b, filepath.Join(bins, "etcd"), append(loopbacketcd.Args(members[0], members), "--quota-backend-bytes", strconv.Itoa(8<<30))...)
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{members[0].ClientURL()}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer etcd.Close()
+	server := func(b *testing.B, impl, bin string) (*scaleServer, *rest.Config) {
+		s := newScaleServer(b, bin, filepath.Join(dir, impl), members[0].ClientURL())
+		s.start(b)
+		return s, waitServing(context.Background(), b, filepath.Join(dir, impl, "kubeconfig"))
+	}
+
+	// The data, loaded once through ours.
+	s, cfg := server(b, "load", impls[0].bin)
+	load(context.Background(), b, versioned.NewForConfigOrDie(cfg), scaleSize{objects: objects, payload: 1024})
+	s.stop(b)
+
+	for range rounds {
+		for _, impl := range impls {
+			// Repeated names get go test's #01, #02 suffixes, which
+			// benchtable reads as repeats of one scenario.
+			b.Run("impl="+impl.name, func(b *testing.B) {
+				for range b.N {
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					s, cfg := server(b, impl.name, impl.bin)
+					hc, err := rest.HTTPClientFor(cfg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					base := cfg.Host + "/apis/fleet.example.com/v1beta1/assignments"
+					waitCacheReady(ctx, b, hc, base, objects)
+					watchListRun(ctx, b, cfg, hc, base, clients, true)
+					s.stop(b)
+					// The next server streams the same objects: without
+					// this, each run's writes would add to every later
+					// run's watch-lists.
+					if _, err := etcd.Delete(ctx, "/registry/fleet.example.com/assignments/writes/", clientv3.WithPrefix()); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

@@ -35,6 +35,12 @@ type WatchCacheOptions struct {
 	// InitialEventsConcurrency bounds how many watches stream initial events
 	// at once, across every resource; 0 is no bound. See cacher.InitialEventsGate.
 	InitialEventsConcurrency int
+	// InitialEventsShare is the part of the time a watch streams initial
+	// events while Foreground is busy; see cacher.InitialEventsGateConfig.
+	InitialEventsShare float64
+	// Foreground tells when resource requests are being served; nil
+	// never paces initial events.
+	Foreground cacher.Foreground
 	// ListConcurrency bounds how many large lists are served at once,
 	// across every resource; 0 is no bound. See cacher.ListGate.
 	ListConcurrency int
@@ -71,7 +77,8 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 	}
 	// One gate of each for every resource: the CPU and memory they share
 	// out are the server's.
-	gate := cacher.NewInitialEventsGate(cacher.InitialEventsGateConfig{Concurrency: o.InitialEventsConcurrency})
+	gate := cacher.NewInitialEventsGate(cacher.InitialEventsGateConfig{Concurrency: o.InitialEventsConcurrency,
+		Foreground: o.Foreground, Share: o.InitialEventsShare})
 	lists := cacher.NewListGate(cacher.ListGateConfig{Concurrency: o.ListConcurrency})
 	cached := cacher.StorageDecorator(cacher.Config{
 		// Idle resources' bookmarks then carry fresh resourceVersions even

@@ -92,6 +92,9 @@ type Options struct {
 	// InitialEventsConcurrency bounds how many watches stream their initial
 	// events at once; 0 is no bound.
 	InitialEventsConcurrency int
+	// InitialEventsShare is the part of the time a watch streams its
+	// initial events while resource requests are being served; 1 is all.
+	InitialEventsShare float64
 	// ListConcurrency bounds how many large lists are served at once; 0
 	// is no bound.
 	ListConcurrency int
@@ -130,6 +133,7 @@ func NewOptions(out io.Writer) *Options {
 		WarmStartRevisions:       cacher.DefaultWarmStartRevisions,
 		MaxWatches:               apiserver.DefaultMaxWatches,
 		InitialEventsConcurrency: defaultInitialEventsConcurrency(),
+		InitialEventsShare:       cacher.DefaultInitialEventsShare,
 		ListConcurrency:          defaultListConcurrency(),
 		HistoryBudget:            resource.QuantityValue{Quantity: *resource.NewQuantity(cacher.DefaultHistoryBudget, resource.BinarySI)},
 	}
@@ -179,6 +183,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) cliflag.NamedFlagSets {
 			"keeps its turn for at most 5s, and gives it up when its client takes no event for 100ms, until the "+
 			"client reads again. Streaming a state takes a core per watch, so the default, half the CPUs this "+
 			"process may use and at least 1, leaves CPU for writes and the watch stream. 0 is no bound.")
+	wc.Float64Var(&o.InitialEventsShare, "watch-cache-initial-events-share", o.InitialEventsShare,
+		"The part of the time a watch streams its initial events while resource requests other than watches are "+
+			"being served, or were in the last 100ms: it streams for 2ms, then pauses for as long as keeps it to "+
+			"this share, so that the requests find CPU free. Between 0 (exclusive) and 1; 1 never pauses. Only "+
+			"watches that --watch-cache-initial-events-concurrency bounds are paced.")
 	wc.IntVar(&o.ListConcurrency, "watch-cache-list-concurrency", o.ListConcurrency,
 		"How many lists of 10,000 objects or more, served from the watch cache across every resource, are written "+
 			"at once. Writing a list takes a core; the others wait, first come first served, for at most 10s each "+
@@ -258,6 +267,9 @@ func (o *Options) Validate() error {
 	if o.InitialEventsConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("--watch-cache-initial-events-concurrency must be 0 (no bound) or positive, not %d", o.InitialEventsConcurrency))
 	}
+	if !(o.InitialEventsShare > 0 && o.InitialEventsShare <= 1) {
+		errs = append(errs, fmt.Errorf("--watch-cache-initial-events-share must be above 0 and at most 1 (never pause), not %v", o.InitialEventsShare))
+	}
 	if o.ListConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("--watch-cache-list-concurrency must be 0 (no bound) or positive, not %d", o.ListConcurrency))
 	}
@@ -307,12 +319,14 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	serverConfig.OpenAPIV3Config.Info.Version = "v1beta1"
 
 	maxWatches := o.MaxWatches
+	foreground := apiserver.NewForeground(0, nil)
 	var authReady *apiserver.AuthenticationReady // set below, once authentication is configured
 	serverConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
 		// The watch limit innermost, so that the request is authenticated
 		// and its info known; the wait for the client CAs outermost.
 		return authReady.WithAuthenticationReady(
-			genericapiserver.DefaultBuildHandlerChain(apiserver.WithWatchLimit(h, maxWatches, c.Serializer), c))
+			genericapiserver.DefaultBuildHandlerChain(apiserver.WithWatchLimit(
+				apiserver.WithForeground(h, foreground, c.LongRunningFunc), maxWatches, c.Serializer), c))
 	}
 
 	// ServerRun first: the feature options read the max-in-flight limits it sets.
@@ -348,6 +362,8 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		WarmStartRevisions:       o.WarmStartRevisions,
 		HistoryBudget:            o.HistoryBudget.Value(),
 		InitialEventsConcurrency: o.InitialEventsConcurrency,
+		InitialEventsShare:       o.InitialEventsShare,
+		Foreground:               foreground,
 		ListConcurrency:          o.ListConcurrency,
 		Sizes:                    sizes,
 	})

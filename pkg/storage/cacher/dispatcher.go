@@ -428,7 +428,7 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 
 // sendInitial streams a snapshot to a new watcher, in its turns at the gate.
 func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
-	turn, ok := d.gate.enter(w, d.metrics.initWaiting)
+	turn, ok := d.gate.enter(w, d.metrics.initWaiting, d.metrics.initPaused)
 	defer turn.leave()
 	if !ok {
 		return false

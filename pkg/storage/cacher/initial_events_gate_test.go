@@ -3,6 +3,7 @@ package cacher
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
+	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/utils/ptr"
 )
 
@@ -335,5 +337,105 @@ func (s *signal) signaled() bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// fakeForeground is busy or not, and tells each time it is asked.
+type fakeForeground struct {
+	busy  bool
+	asked chan struct{}
+}
+
+func (f *fakeForeground) Busy() bool {
+	f.asked <- struct{}{}
+	return f.busy
+}
+
+// TestInitialEventsPace checks that a watch-list, while the foreground is
+// busy, streams for a slice and then pauses for as long as keeps it to its
+// share of the time, and streams without pause otherwise.
+func TestInitialEventsPace(t *testing.T) {
+	const slice = 2 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		busy  bool
+		share float64
+		// pause is how long the third event waits once two went out in
+		// a slice; zero if it does not.
+		pause time.Duration
+		// stop stops the watcher in its pause.
+		stop bool
+	}{
+		{name: "busy, half the time: a pause as long as the slice", busy: true, share: 0.5, pause: slice},
+		{name: "busy, a quarter of the time: a pause three slices long", busy: true, share: 0.25, pause: 3 * slice},
+		{name: "idle: no pause", share: 0.5},
+		{name: "a share of 1: no pause, and the foreground is not asked", busy: true, share: 1},
+		{name: "a watcher stopped in its pause ends", busy: true, share: 0.5, pause: slice, stop: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fg := &fakeForeground{busy: tc.busy, asked: make(chan struct{}, 1)}
+			h := newGateHarnessWith(t, InitialEventsGateConfig{Concurrency: 1, Turn: testTurn, Stall: testStall,
+				Foreground: fg, Share: tc.share, Slice: slice})
+			pausedBefore, _ := testutil.GetCounterMetricValue(h.metrics.initPaused)
+			w := h.watchList()
+			// "a" is in the buffer, "b" waits for room; a slice passes.
+			blocked(t, w)
+			h.clock.Step(slice)
+			if got := receive(t, w, 1); got[0].name != "a" {
+				t.Fatalf("first event %v", got)
+			}
+			if tc.share >= 1 {
+				h.initialEventsAfter(w, "b")
+				select {
+				case <-fg.asked:
+					t.Fatal("the foreground was asked with a share of 1")
+				default:
+				}
+				return
+			}
+			// "b" went out; before "c" the watcher asks the foreground.
+			select {
+			case <-fg.asked:
+			case <-time.After(wait.ForeverTestTimeout):
+				t.Fatal("the watcher never asked whether the foreground is busy")
+			}
+			if tc.pause == 0 {
+				h.initialEventsAfter(w, "b")
+				return
+			}
+			timers(t, h, 2) // the turn's and the pause's
+			if got := receive(t, w, 1); got[0].name != "b" {
+				t.Fatalf("second event %v", got)
+			}
+			if tc.stop {
+				w.Stop()
+				if _, open := <-w.ResultChan(); open {
+					t.Fatal("a watcher stopped in its pause delivered an event")
+				}
+				return
+			}
+			h.clock.Step(tc.pause - time.Microsecond)
+			// Step fires due timers before it returns.
+			if n := h.clock.Waiters(); n != 2 {
+				t.Fatalf("the pause ended before its length: %d timers, want the turn's and the pause's", n)
+			}
+			expectNothing(t, w)
+			h.clock.Step(time.Microsecond)
+			h.initialEventsAfter(w, "c")
+			if paused, _ := testutil.GetCounterMetricValue(h.metrics.initPaused); math.Abs(paused-pausedBefore-tc.pause.Seconds()) > 1e-9 {
+				t.Errorf("%vs paused, as the metric says, want %v", paused-pausedBefore, tc.pause.Seconds())
+			}
+		})
+	}
+}
+
+// initialEventsAfter reads a watch-list's events from the object named
+// first to its bookmark.
+func (h *gateHarness) initialEventsAfter(w *watcher, first string) {
+	h.t.Helper()
+	n := map[string]int{"b": 3, "c": 2}[first]
+	got := receive(h.t, w, n)
+	if got[0].name != first || got[n-1].typ != watch.Bookmark {
+		h.t.Fatalf("events from %s: %v", first, got)
 	}
 }

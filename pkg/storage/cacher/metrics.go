@@ -60,6 +60,13 @@ var (
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
 
+	initialEventsPaused = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "initial_events_paused_seconds_total",
+		Help: "Time watchers streaming initial events spent paused so that requests being served found CPU free; " +
+			"--watch-cache-initial-events-share sets the part of the time they stream meanwhile.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+
 	listsWaiting = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
 		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "lists_waiting",
 		Help: "Large lists from the cache waiting for their place before taking their items; " +
@@ -96,7 +103,7 @@ func registerMetrics() {
 		// here too makes them work for a cache used without one, as in tests.
 		upstream.Register()
 		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
-			historyBytesGauge, historyEvictedCounter, initialEventsWaiting, listsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap)
+			historyBytesGauge, historyEvictedCounter, initialEventsWaiting, initialEventsPaused, listsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap)
 	})
 }
 
@@ -107,6 +114,7 @@ type cacheMetrics struct {
 	eventsDispatched compbasemetrics.CounterMetric
 	initEvents       compbasemetrics.CounterMetric
 	initWaiting      compbasemetrics.GaugeMetric
+	initPaused       compbasemetrics.CounterMetric
 	listsWaiting     compbasemetrics.GaugeMetric
 	terminated       compbasemetrics.CounterMetric
 	initializations  compbasemetrics.CounterMetric
@@ -133,6 +141,7 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 		eventsDispatched: upstream.EventsCounter.WithLabelValues(g, r),
 		initEvents:       upstream.InitCounter.WithLabelValues(g, r),
 		initWaiting:      initialEventsWaiting.WithLabelValues(g, r),
+		initPaused:       initialEventsPaused.WithLabelValues(g, r),
 		listsWaiting:     listsWaiting.WithLabelValues(g, r),
 		terminated:       upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
 		initializations:  upstream.WatchCacheInitializations.WithLabelValues(g, r),

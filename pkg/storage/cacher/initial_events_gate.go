@@ -132,8 +132,10 @@ type gateTurn struct {
 	waiting compbasemetrics.GaugeMetric
 	// paused counts the seconds the watcher pauses for the foreground.
 	paused compbasemetrics.CounterMetric
-	// timer ends the current turn; nil while the watcher holds none.
-	timer clock.Timer
+	// timer ends the current turn, at turnEnd; nil while the watcher
+	// holds none.
+	timer   clock.Timer
+	turnEnd time.Time
 	// stall times one send to a client that is not taking events; nil
 	// until the first such send.
 	stall clock.Timer
@@ -169,8 +171,32 @@ func (t *gateTurn) acquire() bool {
 		}
 	}
 	t.timer = t.g.clock.NewTimer(t.g.turn)
+	t.turnEnd = t.g.clock.Now().Add(t.g.turn)
 	t.sliceStart = time.Time{}
 	return true
+}
+
+// renewTurn starts the current turn again, as when nobody waits at its end.
+func (t *gateTurn) renewTurn() {
+	t.turnEnd = t.g.clock.Now().Add(t.g.turn)
+	t.timer.Reset(t.g.turn)
+}
+
+// extendTurn moves the end of the current turn by d, the length of a
+// pause: a paused watcher uses no CPU, which is what turns share out.
+// Otherwise a watch-list that needs about a turn of streaming, paced to
+// half the time, would end its turn just before its end, and queue
+// behind every other.
+func (t *gateTurn) extendTurn(d time.Duration) {
+	if !t.timer.Stop() {
+		// It fired during the pause; its value, if any, is stale.
+		select {
+		case <-t.timer.C():
+		default:
+		}
+	}
+	t.turnEnd = t.turnEnd.Add(d)
+	t.timer.Reset(t.turnEnd.Sub(t.g.clock.Now()))
 }
 
 // pace pauses the watcher, while the foreground is busy, once it has
@@ -196,16 +222,16 @@ func (t *gateTurn) pace() bool {
 	// the client that took no CPU.
 	pause := t.g.clock.NewTimer(time.Duration(float64(t.g.slice) * (1 - t.g.share) / t.g.share))
 	defer pause.Stop()
-	defer func() {
-		t.sliceStart = t.g.clock.Now()
-		t.paused.Add(t.sliceStart.Sub(now).Seconds())
-	}()
 	select {
 	case <-pause.C():
-		return true
 	case <-t.w.done:
 		return false
 	}
+	t.sliceStart = t.g.clock.Now()
+	paused := t.sliceStart.Sub(now)
+	t.paused.Add(paused.Seconds())
+	t.extendTurn(paused)
+	return true
 }
 
 // leave gives the turn up, if the watcher holds one.
@@ -248,7 +274,7 @@ func (t *gateTurn) send(ev watch.Event) bool {
 	select {
 	case <-t.timer.C():
 		if t.g.waiting.Load() == 0 {
-			t.timer.Reset(t.g.turn)
+			t.renewTurn()
 			break
 		}
 		t.leave()
@@ -274,7 +300,7 @@ func (t *gateTurn) send(ev watch.Event) bool {
 			return false
 		case <-t.timer.C():
 			if t.g.waiting.Load() == 0 {
-				t.timer.Reset(t.g.turn)
+				t.renewTurn()
 				continue
 			}
 		case <-stalled:

@@ -439,3 +439,33 @@ func (h *gateHarness) initialEventsAfter(w *watcher, first string) {
 		h.t.Fatalf("events from %s: %v", first, got)
 	}
 }
+
+// TestInitialEventsPauseKeepsTurn checks that a pause moves the end of the
+// watcher's turn: a paused watcher uses no CPU, which turns share out.
+func TestInitialEventsPauseKeepsTurn(t *testing.T) {
+	const slice = 2 * time.Millisecond
+	fg := &fakeForeground{busy: true, asked: make(chan struct{}, 1)}
+	h := newGateHarnessWith(t, InitialEventsGateConfig{Concurrency: 1, Turn: 3 * time.Millisecond, Stall: time.Hour,
+		Foreground: fg, Share: 0.5, Slice: slice})
+	first := h.watchList()
+	blocked(t, first) // "a" is in the buffer, "b" waits for room
+	next := h.watchList()
+	h.waiting(1)
+	h.clock.Step(slice)
+	if got := receive(t, first, 1); got[0].name != "a" {
+		t.Fatalf("first event %v", got)
+	}
+	select { // "b" went out; "c" waits for the pause
+	case <-fg.asked:
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("the watcher never asked whether the foreground is busy")
+	}
+	timers(t, h, 2) // the turn's and the pause's
+	// The turn's end (3 ms) passes in the pause (2 to 4 ms), which moves
+	// it to 5 ms: the watch-list sends the rest in its turn, before the
+	// next one streams. Had the turn ended, it would wait for the next
+	// one, whose client this test does not read yet, to send its last.
+	h.clock.Step(slice)
+	h.initialEventsAfter(first, "b")
+	h.initialEvents(next)
+}

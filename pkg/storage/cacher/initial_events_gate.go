@@ -75,9 +75,10 @@ type InitialEventsGate struct {
 	turn    time.Duration
 	stall   time.Duration
 	fg      Foreground
-	share   float64
 	slice   time.Duration
-	clock   clock.Clock
+	// pause follows each slice while fg is busy; zero never pauses.
+	pause time.Duration
+	clock clock.Clock
 }
 
 // InitialEventsGateConfig configures NewInitialEventsGate.
@@ -120,8 +121,14 @@ func NewInitialEventsGate(cfg InitialEventsGateConfig) *InitialEventsGate {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &InitialEventsGate{slots: make(chan struct{}, cfg.Concurrency), turn: cfg.Turn, stall: cfg.Stall,
-		fg: cfg.Foreground, share: cfg.Share, slice: cfg.Slice, clock: cfg.Clock}
+	g := &InitialEventsGate{slots: make(chan struct{}, cfg.Concurrency), turn: cfg.Turn, stall: cfg.Stall,
+		fg: cfg.Foreground, slice: cfg.Slice, clock: cfg.Clock}
+	if cfg.Share < 1 {
+		// A slice's pause, not one as long as the time since the slice
+		// began, which may hold a wait for the client that took no CPU.
+		g.pause = time.Duration(float64(cfg.Slice) * (1 - cfg.Share) / cfg.Share)
+	}
+	return g
 }
 
 // gateTurn is one watcher's passage through the gate. A nil gate lets
@@ -203,7 +210,7 @@ func (t *gateTurn) extendTurn(d time.Duration) {
 // streamed for a slice, for as long as keeps its streaming to its share
 // of the time. It reports false if the watcher stopped meanwhile.
 func (t *gateTurn) pace() bool {
-	if t.g.fg == nil || t.g.share >= 1 {
+	if t.g.fg == nil || t.g.pause == 0 {
 		return true
 	}
 	now := t.g.clock.Now()
@@ -218,9 +225,7 @@ func (t *gateTurn) pace() bool {
 		t.sliceStart = now
 		return true
 	}
-	// A slice, not the time since it began, which may hold a wait for
-	// the client that took no CPU.
-	pause := t.g.clock.NewTimer(time.Duration(float64(t.g.slice) * (1 - t.g.share) / t.g.share))
+	pause := t.g.clock.NewTimer(t.g.pause)
 	defer pause.Stop()
 	select {
 	case <-pause.C():

@@ -72,6 +72,17 @@ type scaleServer struct {
 	cmd  *exec.Cmd
 }
 
+// startScaleEtcd starts a one-member etcd under dir with room for the
+// largest data set (8 GiB of backend), and returns its client URL.
+func startScaleEtcd(b *testing.B, bins, dir string) string {
+	members, err := loopbacketcd.NewMembers(filepath.Join(dir, "etcd"), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	start(b, filepath.Join(bins, "etcd"), append(loopbacketcd.Args(members[0], members), "--quota-backend-bytes", strconv.Itoa(8<<30))...)
+	return members[0].ClientURL()
+}
+
 // newScaleServer is a server on a free port over etcdURL, keeping its
 // certificates and kubeconfig in dataDir, with no bound on requests in
 // flight: the benchmarks measure the cache, not the limits before it.
@@ -100,12 +111,8 @@ func (s *scaleServer) stop(b *testing.B) {
 func runScale(b *testing.B, impl string, sz scaleSize) {
 	bins := build(b)
 	dir := b.TempDir()
-	members, err := loopbacketcd.NewMembers(filepath.Join(dir, "etcd"), 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	start(b, filepath.Join(bins, "etcd"), append(loopbacketcd.Args(members[0], members), "--quota-backend-bytes", strconv.Itoa(8<<30))...)
-	srv := newScaleServer(b, filepath.Join(bins, impl), filepath.Join(dir, "server"), members[0].ClientURL())
+	etcdURL := startScaleEtcd(b, bins, dir)
+	srv := newScaleServer(b, filepath.Join(bins, impl), filepath.Join(dir, "server"), etcdURL)
 	srv.start(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -14,7 +14,6 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/cached-apiserver/cached-apiserver/internal/loopbacketcd"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
 
@@ -46,18 +45,14 @@ func BenchmarkWatchListWrites(b *testing.B) {
 		}
 	}
 	dir := b.TempDir()
-	members, err := loopbacketcd.NewMembers(filepath.Join(dir, "etcd"), 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	start(b, filepath.Join(bins, "etcd"), append(loopbacketcd.Args(members[0], members), "--quota-backend-bytes", strconv.Itoa(8<<30))...)
-	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{members[0].ClientURL()}, DialTimeout: 10 * time.Second})
+	etcdURL := startScaleEtcd(b, bins, dir)
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 10 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer etcd.Close()
 	server := func(b *testing.B, impl, bin string) (*scaleServer, *rest.Config) {
-		s := newScaleServer(b, bin, filepath.Join(dir, impl), members[0].ClientURL())
+		s := newScaleServer(b, bin, filepath.Join(dir, impl), etcdURL)
 		s.start(b)
 		return s, waitServing(context.Background(), b, filepath.Join(dir, impl, "kubeconfig"))
 	}

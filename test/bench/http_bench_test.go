@@ -271,16 +271,17 @@ func runHTTP(b *testing.B, impl string, sc scenario) {
 	}
 }
 
-// profile saves a 2 s CPU profile of the server taken while the writes
-// run, for BENCH_PROFILE_DIR, or a runtime trace (kind "trace") for
-// BENCH_TRACE_DIR; it does not change the figures.
+// profile saves a CPU profile of the server taken while the writes run,
+// for BENCH_PROFILE_DIR, or a runtime trace (kind "trace") for
+// BENCH_TRACE_DIR, of BENCH_PROFILE_SECONDS (2); it does not change the
+// figures.
 func profile(ctx context.Context, cfg *rest.Config, kind, path string) {
 	rc, err := rest.UnversionedRESTClientFor(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig,
 		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
 	if err != nil {
 		return
 	}
-	data, err := rc.Get().AbsPath("/debug/pprof/"+kind).Param("seconds", "2").DoRaw(ctx)
+	data, err := rc.Get().AbsPath("/debug/pprof/"+kind).Param("seconds", strconv.Itoa(envInt("BENCH_PROFILE_SECONDS", 2))).DoRaw(ctx)
 	if err == nil {
 		_ = os.WriteFile(path, data, 0o600)
 	}

@@ -29,7 +29,7 @@ type Cacher struct {
 	d       *dispatcher
 	ready   *readiness
 	// pres makes objects' fields and cachingObjects; its expiry forgets the
-	// latter after Config.EncodingTTL.
+	// latter once Config.EncodingTTL passes without a send.
 	pres *presenter
 	// intern shares equal metadata between the objects the cache holds.
 	intern *interner
@@ -119,6 +119,7 @@ func (c *Cacher) tick(ctx context.Context) {
 			c.d.sendBookmarks(now)
 			if c.pres.expiry != nil {
 				c.pres.expiry.expire()
+				c.d.metrics.encoded.Set(float64(c.pres.expiry.len()))
 			}
 			c.d.compacted(c.cfg.Storage.CompactRevision())
 			c.d.recordGauges()

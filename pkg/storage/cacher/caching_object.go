@@ -29,6 +29,9 @@ type cachingObject struct {
 	// slot, if set, is the cached object's reference to this one, which
 	// expire clears.
 	slot *atomic.Pointer[cachingObject]
+	// used is when a sender last asked for o, in Unix nanoseconds, as
+	// encodingExpiry.touch records it.
+	used atomic.Int64
 
 	// mu guards encodings.
 	mu        sync.RWMutex

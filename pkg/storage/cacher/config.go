@@ -26,8 +26,9 @@ const (
 	// about 5,000 writes a second.
 	DefaultHistoryBudget = 512 << 20
 	// DefaultEncodingTTL is how long an object keeps the encodings made
-	// to send it: the seconds an event or a watch-list's initial state takes
-	// to reach every watcher, with room for slow ones.
+	// to send it once it is not sent: longer than the gaps between the
+	// watchers an event or watch-lists' initial states reach, with room
+	// for slow ones.
 	DefaultEncodingTTL = 10 * time.Second
 	// DefaultBookmarkFrequency is how often a watcher gets a bookmark, as upstream.
 	DefaultBookmarkFrequency = time.Minute
@@ -92,8 +93,8 @@ type Config struct {
 	// DefaultHistoryBudget; negative is no budget.
 	HistoryBudget int64
 	// EncodingTTL is how long a cached object keeps an encoding made for a
-	// watcher, counted from its first: watchers that receive it within the
-	// TTL share one encoding, a later one encodes again. Default
+	// watcher once no watcher is sent it: watchers share one encoding
+	// until then, a later one encodes again. Default
 	// DefaultEncodingTTL; negative keeps them while the object is current.
 	EncodingTTL time.Duration
 	// BookmarkFrequency is how often watchers get bookmarks. Default one minute.

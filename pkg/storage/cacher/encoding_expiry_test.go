@@ -2,13 +2,17 @@ package cacher
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -74,4 +78,74 @@ func TestEncodingExpiry(t *testing.T) {
 	if encodes != 3 {
 		t.Fatalf("the next sender: %d encodes, want 3", encodes)
 	}
+}
+
+// TestEncodingExpiryKeepsUsed checks that a cachingObject asked for within
+// the TTL keeps its encodings past its TTL from when it was made, and goes
+// once a TTL passed without a sender: watch-lists taking turns over many
+// objects reach each object seconds apart, and each would otherwise encode
+// it again.
+func TestEncodingExpiryKeepsUsed(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
+	x := newEncodingExpiry(10*time.Second, clk)
+	pr := &presenter{attrs: podAttrs, expiry: x}
+	used := &object{key: "/pods/ns/used", obj: &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "used", Namespace: "ns"}}}
+	idle := &object{key: "/pods/ns/idle", obj: &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: "ns"}}}
+
+	first := pr.caching(used)
+	clk.Step(2 * time.Second)
+	x.expire()
+	idleCO := pr.caching(idle) // made at 1002
+	clk.Step(3 * time.Second)
+	x.expire()
+	if pr.caching(used) != first { // used at 1005
+		t.Fatal("a sender within the TTL got another cachingObject")
+	}
+	clk.Step(5 * time.Second) // 1010: used's first TTL is over, but it was used 5 s ago
+	if n := x.expire(); n != 0 || used.co.Load() != first {
+		t.Fatalf("at 1010: %d expired, kept %v; want 0, true", n, used.co.Load() == first)
+	}
+	clk.Step(2 * time.Second) // 1012: idle's TTL is over and it was never asked for again
+	if n := x.expire(); n != 1 || idle.co.Load() != nil || used.co.Load() != first {
+		t.Fatalf("at 1012: %d expired, idle kept %v, used kept %v; want 1, false, true", n, idle.co.Load() == idleCO, used.co.Load() == first)
+	}
+	clk.Step(8 * time.Second) // 1020: checked again, unused for 15 s
+	if n := x.expire(); n != 1 || used.co.Load() != nil || x.len() != 0 {
+		t.Fatalf("at 1020: %d expired, used kept %v, %d queued; want 1, false, 0", n, used.co.Load() != nil, x.len())
+	}
+}
+
+// TestEncodedObjectsGauge checks that the cache reports how many object
+// versions hold encodings: one once a watcher was sent a pod, none once
+// the TTL passed without another send.
+func TestEncodedObjectsGauge(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	c := newTestCacher(t, func(o *setupOptions) {
+		o.config = func(cfg *Config) { cfg.Clock = clk }
+	})
+	waitReady(t, c.Cacher)
+	createPod(t, c, "a")
+	w, err := c.Watch(context.Background(), "/pods/ns", storage.ListOptions{ResourceVersion: "0", Predicate: storage.Everything, Recursive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	<-w.ResultChan()
+	// The gauge is shared with earlier tests' caches of pods.
+	c.d.metrics.encoded.Set(-1)
+	waitGauge := func(want float64) {
+		t.Helper()
+		var got float64
+		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+			got, _ = testutil.GetGaugeMetricValue(c.d.metrics.encoded)
+			return got == want, nil
+		}); err != nil {
+			t.Fatalf("encoded objects: %v, want %v", got, want)
+		}
+	}
+	// Each step fires the cache's tick, which sets the gauge.
+	clk.Step(bookmarkTick)
+	waitGauge(1)
+	clk.Step(DefaultEncodingTTL)
+	waitGauge(0)
 }

@@ -53,6 +53,13 @@ var (
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
 
+	encodedObjectsGauge = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "encoded_objects",
+		Help: "Cached object versions holding the encodings made to send them to watchers, shared by every " +
+			"watcher they are sent to; each drops them once a whole encoding TTL passes without a send.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+
 	initialEventsWaiting = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
 		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "initial_events_waiting_watchers",
 		Help: "Watchers waiting for their turn to stream initial events (watch-lists, and watches from " +
@@ -103,7 +110,7 @@ func registerMetrics() {
 		// here too makes them work for a cache used without one, as in tests.
 		upstream.Register()
 		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
-			historyBytesGauge, historyEvictedCounter, initialEventsWaiting, initialEventsPaused, listsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap)
+			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, initialEventsPaused, listsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap)
 	})
 }
 
@@ -129,6 +136,7 @@ type cacheMetrics struct {
 	historyBytes     compbasemetrics.GaugeMetric
 	evicted          compbasemetrics.CounterMetric
 	capacity         compbasemetrics.GaugeMetric
+	encoded          compbasemetrics.GaugeMetric
 	watchGap         compbasemetrics.ObserverMetric
 }
 
@@ -157,6 +165,7 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 		historyBytes:     historyBytesGauge.WithLabelValues(g, r),
 		evicted:          historyEvictedCounter.WithLabelValues(g, r),
 		capacity:         upstream.WatchCacheCapacity.WithLabelValues(g, r),
+		encoded:          encodedObjectsGauge.WithLabelValues(g, r),
 		watchGap:         etcdWatchGap.WithLabelValues(g, r),
 	}
 }

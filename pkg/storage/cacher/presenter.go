@@ -25,10 +25,14 @@ type presenter struct {
 }
 
 // caching returns o's cachingObject, making it if o has none: every sender
-// within the expiry's TTL shares one, and so one encoding per serializer.
+// until the expiry's TTL passes unused shares one, and so one encoding per
+// serializer.
 func (pr *presenter) caching(o *object) *cachingObject {
 	for {
 		if co := o.co.Load(); co != nil {
+			if pr.expiry != nil {
+				pr.expiry.touch(co)
+			}
 			return co
 		}
 		co := newCachingObject(o.obj)

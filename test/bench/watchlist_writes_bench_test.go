@@ -29,8 +29,8 @@ import (
 // WATCHLIST_ROUNDS (3) repeats it; WATCHLIST_IMPLS=ours leaves upstream
 // out; WATCHLIST_ALT=path,… adds server binaries, impl=alt=<file name>,
 // for an A/B of a change against ours.
-// BENCH_TRACE_DIR saves a 2 s runtime trace of each server as its
-// watch-lists start, for go tool trace.
+// BENCH_TRACE_DIR saves a runtime trace of each server as its
+// watch-lists start, for go tool trace, of BENCH_PROFILE_SECONDS (2).
 func BenchmarkWatchListWrites(b *testing.B) {
 	objects, clients, rounds := envInt("WATCHLIST_OBJECTS", 10_000), envInt("WATCHLIST_CLIENTS", 100), envInt("WATCHLIST_ROUNDS", 3)
 	bins := build(b)

@@ -67,7 +67,8 @@ func (x *encodingExpiry) add(o *cachingObject) {
 // returns how many it dropped.
 func (x *encodingExpiry) expire() int {
 	now := x.clock.Now()
-	x.now.Store(now.UnixNano())
+	nowNano := now.UnixNano()
+	x.now.Store(nowNano)
 	x.mu.Lock()
 	i := 0
 	for i < len(x.queue) && now.Sub(x.queue[i].at) >= x.ttl {
@@ -75,7 +76,7 @@ func (x *encodingExpiry) expire() int {
 	}
 	var due []*cachingObject
 	for _, e := range x.queue[:i] {
-		if now.UnixNano()-e.o.used.Load() < int64(x.ttl) {
+		if nowNano-e.o.used.Load() < int64(x.ttl) {
 			// Appended at now, after every entry: the queue stays in order.
 			x.queue = append(x.queue, expiring{o: e.o, at: now})
 			continue

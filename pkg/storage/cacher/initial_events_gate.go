@@ -23,9 +23,9 @@ const (
 	// hold no turn.
 	DefaultInitialEventsStall = 100 * time.Millisecond
 	// DefaultInitialEventsShare is the part of the time a watcher streams
-	// its initial events while the foreground is busy: half, which kept
-	// writes at 100/s within 1.5× of their p99 alone beside 100
-	// watch-lists on 2 cores (docs/benchmarks.md).
+	// its initial events while the foreground is busy: half, which took
+	// writes at 100/s beside 100 watch-lists of 10,000 objects on 2 cores
+	// from 2.1× to about 1.3–1.8× of their p99 alone (docs/benchmarks.md).
 	DefaultInitialEventsShare = 0.5
 	// DefaultInitialEventsSlice is how long a watcher streams, while the
 	// foreground is busy, before it pauses for the rest of its share:

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,10 +22,18 @@ const DefaultForegroundLinger = 100 * time.Millisecond
 type Foreground struct {
 	linger time.Duration
 	clock  clock.PassiveClock
-	// inFlight counts the requests being served.
+	// inFlight counts the requests being served, as n does, for readers
+	// that take no lock.
 	inFlight atomic.Int64
 	// lastEnd is when the last request ended, in Unix nanoseconds.
 	lastEnd atomic.Int64
+
+	// mu guards n and idle.
+	mu sync.Mutex
+	n  int64
+	// idle is closed when the last request in flight ends; nil while none
+	// is in flight.
+	idle chan struct{}
 }
 
 // NewForeground returns a Foreground that stays busy for linger after its
@@ -49,22 +58,53 @@ func (f *Foreground) Busy() bool {
 	return end != 0 && f.clock.Since(time.Unix(0, end)) < f.linger
 }
 
-// WithForeground wraps handler, which must run after the request-info
-// filter, so that f counts the resource requests it serves that are not
-// long-running. Others, such as health checks and metrics, do not count:
-// they come on a schedule, not from a client's work.
-func WithForeground(handler http.Handler, f *Foreground, longRunning request.LongRunningRequestCheck) http.Handler {
+// InFlight implements cacher.Foreground.
+func (f *Foreground) InFlight() <-chan struct{} {
+	if f.inFlight.Load() == 0 {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.idle
+}
+
+func (f *Foreground) start() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		f.idle = make(chan struct{})
+	}
+	f.n++
+	f.inFlight.Store(f.n)
+}
+
+func (f *Foreground) end() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lastEnd.Store(f.clock.Now().UnixNano())
+	f.n--
+	f.inFlight.Store(f.n)
+	if f.n == 0 {
+		close(f.idle)
+		f.idle = nil
+	}
+}
+
+// WithForeground wraps handler so that f counts the resource requests it
+// serves that are not long-running. Others, such as health checks and
+// metrics, do not count: they come on a schedule, not from a client's
+// work. It resolves the request's info itself, so that it can wrap the
+// whole handler chain: a request counts from its first filter, since
+// authenticating and authorizing it take CPU too.
+func WithForeground(handler http.Handler, f *Foreground, infos request.RequestInfoResolver, longRunning request.LongRunningRequestCheck) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		info, ok := request.RequestInfoFrom(req.Context())
-		if !ok || !info.IsResourceRequest || (longRunning != nil && longRunning(req, info)) {
+		info, err := infos.NewRequestInfo(req)
+		if err != nil || !info.IsResourceRequest || (longRunning != nil && longRunning(req, info)) {
 			handler.ServeHTTP(w, req)
 			return
 		}
-		f.inFlight.Add(1)
-		defer func() {
-			f.lastEnd.Store(f.clock.Now().UnixNano())
-			f.inFlight.Add(-1)
-		}()
+		f.start()
+		defer f.end()
 		handler.ServeHTTP(w, req)
 	})
 }

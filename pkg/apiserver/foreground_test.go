@@ -37,17 +37,19 @@ func TestForeground(t *testing.T) {
 			if f.Busy() {
 				t.Fatal("busy before any request")
 			}
+			if f.InFlight() != nil {
+				t.Fatal("a request in flight before any request")
+			}
 			inHandler, release := make(chan bool), make(chan struct{})
+			var idle <-chan struct{}
+			// No request-info filter before it: the foreground resolves
+			// the request's info itself, to count from the chain's start.
 			h := WithForeground(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+				idle = f.InFlight()
 				inHandler <- f.Busy()
 				<-release
-			}), f, longRunning)
+			}), f, infos, longRunning)
 			req := httptest.NewRequest(tc.method, tc.url, nil)
-			info, err := infos.NewRequestInfo(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req = req.WithContext(request.WithRequestInfo(req.Context(), info))
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
@@ -56,12 +58,24 @@ func TestForeground(t *testing.T) {
 			if busy := <-inHandler; busy != tc.counts {
 				t.Errorf("busy while the request is served: %v, want %v", busy, tc.counts)
 			}
+			if (idle != nil) != tc.counts {
+				t.Errorf("in flight while the request is served: %v, want %v", idle != nil, tc.counts)
+			}
+			if idle != nil && isClosed(idle) {
+				t.Error("the in-flight channel is closed while the request is served")
+			}
 			clk.Step(time.Hour) // a request in flight is busy however long it takes
 			if busy := f.Busy(); busy != tc.counts {
 				t.Errorf("busy an hour into the request: %v, want %v", busy, tc.counts)
 			}
 			close(release)
 			<-done
+			if f.InFlight() != nil {
+				t.Error("a request in flight after the request ended")
+			}
+			if idle != nil && !isClosed(idle) {
+				t.Error("the in-flight channel is open after the request ended")
+			}
 			clk.Step(time.Second - time.Nanosecond)
 			if busy := f.Busy(); busy != tc.counts {
 				t.Errorf("busy just before the linger ends: %v, want %v", busy, tc.counts)
@@ -71,5 +85,38 @@ func TestForeground(t *testing.T) {
 				t.Error("busy once the linger after the request ended")
 			}
 		})
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestForegroundInFlight checks that the in-flight channel closes when the
+// last of overlapping requests ends, not the first.
+func TestForegroundInFlight(t *testing.T) {
+	f := NewForeground(time.Second, testingclock.NewFakeClock(time.Unix(1000, 0)))
+	f.start()
+	first := f.InFlight()
+	f.start()
+	if second := f.InFlight(); second != first {
+		t.Error("a second request in flight made a new channel")
+	}
+	f.end()
+	if isClosed(first) || f.InFlight() == nil {
+		t.Fatal("the channel closed while a request is still in flight")
+	}
+	f.end()
+	if !isClosed(first) || f.InFlight() != nil {
+		t.Fatal("the channel is open once no request is in flight")
+	}
+	f.start()
+	if next := f.InFlight(); next == nil || isClosed(next) {
+		t.Error("a request after none has no open channel")
 	}
 }

@@ -152,7 +152,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 		b.ReportMetric(ms(took), fmt.Sprintf("%dlists-all-ms", n))
 	}
 
-	watchListRun(ctx, b, cfg, hc, base, sz.watchLists, false)
+	watchListRun(ctx, b, cfg, hc, base, watchListOpts{clients: sz.watchLists, etcdURL: etcdURL})
 	// Ours keeps each encoding a watch asked for with the object it
 	// encodes, for the watchers after, until 10 s pass without a send
 	// (cacher.DefaultEncodingTTL); this is what stays once they went.
@@ -380,10 +380,20 @@ func peakRSS(b *testing.B, pid int) int64 {
 	return 0
 }
 
+// watchListOpts shapes watchListRun.
+type watchListOpts struct {
+	// clients is how many watch-lists stream at once.
+	clients int
+	// warmUp writes for 10 s, not measured, before the writes alone.
+	warmUp bool
+	// etcdURL is the server's etcd, for probes (BENCH_PROBES).
+	etcdURL string
+}
+
 // watchListRun measures writes at 100/s alone, then beside clients that
 // each stream every object with sendInitialEvents, and reports the time
 // to each client's initial-events-end bookmark and the writes' p99 both ways.
-func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, clients int, warmUp bool) {
+func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, opts watchListOpts) {
 	// The writer is another client, as a controller would be: with its own
 	// connection, not one multiplexed with the watch-lists' HTTP/2 streams,
 	// where its responses would wait for their frames.
@@ -412,29 +422,35 @@ func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 	// start's garbage is collected (p99 up to 40 ms within 30 s of a
 	// restart): 10 s of them, not measured, keep that out of the figure
 	// for servers measured right after they start.
-	if warmUp {
+	if opts.warmUp {
 		writes(nil, 1000)
 	}
 	// 20 s of writes alone, of the order of those beside the watch-lists
 	// (20 to 45 s), so that both p99s rest on a like number of samples:
 	// with 500 the p99 alone was the fifth-slowest write and varied 2×
 	// between repeats.
+	probes := newProbes(b, cfg, opts.etcdURL)
+	stopAlone := make(chan struct{})
+	reportAlone := probes.run(ctx, "alone", stopAlone, 2000)
 	alone := writes(nil, 2000)
+	close(stopAlone)
+	reportAlone()
 
 	stop := make(chan struct{})
 	during := make(chan []time.Duration, 1)
 	go func() { during <- writes(stop, 60*100) }()
+	reportDuring := probes.run(ctx, "during", stop, 60*100)
 	var wg sync.WaitGroup
-	ends := make([]time.Duration, clients)
+	ends := make([]time.Duration, opts.clients)
 	url := base + "?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
 	t0 := time.Now()
 	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
-		go profile(ctx, cfg, "profile", filepath.Join(dir, fmt.Sprintf("watchlists-%d.pprof", clients)))
+		go profile(ctx, cfg, "profile", filepath.Join(dir, fmt.Sprintf("watchlists-%d.pprof", opts.clients)))
 	}
 	if dir := os.Getenv("BENCH_TRACE_DIR"); dir != "" {
-		go profile(ctx, cfg, "trace", filepath.Join(dir, fmt.Sprintf("watchlists-%d-%d.trace", clients, time.Now().UnixNano())))
+		go profile(ctx, cfg, "trace", filepath.Join(dir, fmt.Sprintf("watchlists-%d-%d.trace", opts.clients, time.Now().UnixNano())))
 	}
-	for i := range clients {
+	for i := range opts.clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -465,6 +481,7 @@ func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 	wg.Wait()
 	close(stop)
 	duringTook := <-during
+	reportDuring()
 	b.ReportMetric(ms(percentile(ends, 0.5)), "watchlist-end-p50-ms")
 	b.ReportMetric(ms(percentile(ends, 1)), "watchlist-end-max-ms")
 	b.ReportMetric(ms(percentile(alone, 0.99)), "writes-alone-p99-ms")

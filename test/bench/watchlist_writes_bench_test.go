@@ -29,7 +29,8 @@ import (
 // WATCHLIST_ROUNDS (3) repeats it; WATCHLIST_IMPLS=ours leaves upstream
 // out; WATCHLIST_ALT=path,… adds server binaries, impl=alt=<file name>,
 // for an A/B of a change against ours.
-// BENCH_TRACE_DIR saves a runtime trace of each server as its
+// BENCH_PROBES adds figures that tell where the writes' time goes
+// (probe_bench_test.go). BENCH_TRACE_DIR saves a runtime trace of each server as its
 // watch-lists start, for go tool trace, of BENCH_PROFILE_SECONDS (2).
 func BenchmarkWatchListWrites(b *testing.B) {
 	objects, clients, rounds := envInt("WATCHLIST_OBJECTS", 10_000), envInt("WATCHLIST_CLIENTS", 100), envInt("WATCHLIST_ROUNDS", 3)
@@ -77,7 +78,7 @@ func BenchmarkWatchListWrites(b *testing.B) {
 					}
 					base := cfg.Host + "/apis/fleet.example.com/v1beta1/assignments"
 					waitCacheReady(ctx, b, hc, base, objects)
-					watchListRun(ctx, b, cfg, hc, base, clients, true)
+					watchListRun(ctx, b, cfg, hc, base, watchListOpts{clients: clients, warmUp: true, etcdURL: etcdURL})
 					s.stop(b)
 					// The next server streams the same objects: without
 					// this, each run's writes would add to every later

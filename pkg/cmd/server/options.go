@@ -323,10 +323,12 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	var authReady *apiserver.AuthenticationReady // set below, once authentication is configured
 	serverConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
 		// The watch limit innermost, so that the request is authenticated
-		// and its info known; the wait for the client CAs outermost.
-		return authReady.WithAuthenticationReady(
-			genericapiserver.DefaultBuildHandlerChain(apiserver.WithWatchLimit(
-				apiserver.WithForeground(h, foreground, c.LongRunningFunc), maxWatches, c.Serializer), c))
+		// and its info known; the wait for the client CAs outside the
+		// chain, and the foreground's count outside all, so that a
+		// request counts from its start.
+		return apiserver.WithForeground(authReady.WithAuthenticationReady(
+			genericapiserver.DefaultBuildHandlerChain(apiserver.WithWatchLimit(h, maxWatches, c.Serializer), c)),
+			foreground, c.RequestInfoResolver, c.LongRunningFunc)
 	}
 
 	// ServerRun first: the feature options read the max-in-flight limits it sets.

@@ -32,6 +32,10 @@ const (
 	// short, so that a request that arrives while it streams shares the
 	// CPU for little of its time.
 	DefaultInitialEventsSlice = 2 * time.Millisecond
+	// DefaultInitialEventsYield is the most a watcher may owe, in pauses
+	// for requests in flight, to its streaming: enough to wait out a few
+	// writes of about 5 ms each.
+	DefaultInitialEventsYield = 20 * time.Millisecond
 )
 
 // Foreground tells the gate whether requests that clients wait on, such
@@ -40,6 +44,9 @@ type Foreground interface {
 	// Busy reports whether such a request is in flight or ended a moment
 	// ago.
 	Busy() bool
+	// InFlight returns nil while no such request is in flight, or else a
+	// channel that is closed once none is.
+	InFlight() <-chan struct{}
 }
 
 // InitialEventsGate bounds how many watchers, across every cache built with
@@ -60,6 +67,12 @@ type Foreground interface {
 // pauses for as long as keeps its streaming to a share of the time. On
 // two cores, one stream at a time, with the client reading it and etcd,
 // still doubled the writes' p99; the pauses leave the CPU they need.
+// Pauses on a clock fall where they fall, though, and a write that
+// arrives in a slice shares the CPU with the stream for the slice's rest.
+// So a watcher also yields to requests in flight: it stops streaming when
+// one is, and resumes once none is. It earns the time it may yield by
+// streaming, in the proportion of its share, so that constant requests
+// slow the stream to its share but do not stop it.
 //
 // Upstream bounds the same work through priority and fairness, which
 // counts a watch as executing until its initial events are sent; the cache
@@ -78,6 +91,10 @@ type InitialEventsGate struct {
 	slice   time.Duration
 	// pause follows each slice while fg is busy; zero never pauses.
 	pause time.Duration
+	// earn is the time a watcher may yield per unit of time it streams,
+	// and yield the most it may hold.
+	earn  float64
+	yield time.Duration
 	clock clock.Clock
 }
 
@@ -104,6 +121,10 @@ type InitialEventsGateConfig struct {
 	// Slice is how long a watcher streams before it pauses. Default
 	// DefaultInitialEventsSlice.
 	Slice time.Duration
+	// Yield is the most time a watcher may hold for yielding to requests
+	// in flight, which it earns at (1-Share)/Share of its streaming time.
+	// Default DefaultInitialEventsYield.
+	Yield time.Duration
 	// Clock times the turns. Default: the real clock.
 	Clock clock.Clock
 }
@@ -118,15 +139,17 @@ func NewInitialEventsGate(cfg InitialEventsGateConfig) *InitialEventsGate {
 	setDefault(&cfg.Stall, DefaultInitialEventsStall)
 	setDefault(&cfg.Share, DefaultInitialEventsShare)
 	setDefault(&cfg.Slice, DefaultInitialEventsSlice)
+	setDefault(&cfg.Yield, DefaultInitialEventsYield)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
 	g := &InitialEventsGate{slots: make(chan struct{}, cfg.Concurrency), turn: cfg.Turn, stall: cfg.Stall,
-		fg: cfg.Foreground, slice: cfg.Slice, clock: cfg.Clock}
+		fg: cfg.Foreground, slice: cfg.Slice, yield: cfg.Yield, clock: cfg.Clock}
 	if cfg.Share < 1 {
+		g.earn = (1 - cfg.Share) / cfg.Share
 		// A slice's pause, not one as long as the time since the slice
 		// began, which may hold a wait for the client that took no CPU.
-		g.pause = time.Duration(float64(cfg.Slice) * (1 - cfg.Share) / cfg.Share)
+		g.pause = time.Duration(float64(cfg.Slice) * g.earn)
 	}
 	return g
 }
@@ -149,6 +172,9 @@ type gateTurn struct {
 	// sliceStart is when the watcher last began to stream; zero until its
 	// first event in a turn.
 	sliceStart time.Time
+	// credit is the time the watcher may yet yield to requests in
+	// flight, earned by streaming.
+	credit time.Duration
 }
 
 // enter waits for a turn for w, or until w stops. waiting counts the
@@ -206,9 +232,14 @@ func (t *gateTurn) extendTurn(d time.Duration) {
 	t.timer.Reset(t.turnEnd.Sub(t.g.clock.Now()))
 }
 
-// pace pauses the watcher, while the foreground is busy, once it has
-// streamed for a slice, for as long as keeps its streaming to its share
-// of the time. It reports false if the watcher stopped meanwhile.
+// minRun is the least a watcher streams between two yields: a few events'
+// worth, so that each yield buys some progress.
+const minRun = 100 * time.Microsecond
+
+// pace pauses the watcher while the foreground is busy: while requests are
+// in flight, for as long as its credit lasts, and once it has streamed for
+// a slice, for as long as keeps its streaming to its share of the time. It
+// reports false if the watcher stopped meanwhile.
 func (t *gateTurn) pace() bool {
 	if t.g.fg == nil || t.g.pause == 0 {
 		return true
@@ -218,22 +249,50 @@ func (t *gateTurn) pace() bool {
 		t.sliceStart = now
 		return true
 	}
-	if now.Sub(t.sliceStart) < t.g.slice {
+	ran := now.Sub(t.sliceStart)
+	if ran < minRun {
 		return true
 	}
+	if inFlight := t.g.fg.InFlight(); inFlight != nil {
+		t.earn(ran)
+		if t.credit > 0 {
+			return t.pauseFor(now, inFlight, t.credit, true)
+		}
+		t.sliceStart = now
+		return true
+	}
+	if ran < t.g.slice {
+		return true
+	}
+	t.earn(ran)
 	if !t.g.fg.Busy() {
 		t.sliceStart = now
 		return true
 	}
-	pause := t.g.clock.NewTimer(t.g.pause)
+	return t.pauseFor(now, nil, t.g.pause, false)
+}
+
+// earn credits the watcher for ran of streaming.
+func (t *gateTurn) earn(ran time.Duration) {
+	t.credit = min(t.credit+time.Duration(float64(ran)*t.g.earn), t.g.yield)
+}
+
+// pauseFor pauses the watcher for d, or until until is closed, from now.
+// A yield spends the watcher's credit.
+func (t *gateTurn) pauseFor(now time.Time, until <-chan struct{}, d time.Duration, yield bool) bool {
+	pause := t.g.clock.NewTimer(d)
 	defer pause.Stop()
 	select {
 	case <-pause.C():
+	case <-until:
 	case <-t.w.done:
 		return false
 	}
 	t.sliceStart = t.g.clock.Now()
 	paused := t.sliceStart.Sub(now)
+	if yield {
+		t.credit -= paused
+	}
 	t.paused.Add(paused.Seconds())
 	t.extendTurn(paused)
 	return true

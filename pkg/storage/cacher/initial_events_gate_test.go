@@ -340,15 +340,87 @@ func (s *signal) signaled() bool {
 	}
 }
 
-// fakeForeground is busy or not, and tells each time it is asked.
+// fakeForeground is busy or not, and tells each time it is asked; a
+// request is in flight while inFlight is set and open, and flightAsked,
+// if set, tells when that is asked.
 type fakeForeground struct {
-	busy  bool
-	asked chan struct{}
+	busy                  bool
+	asked                 chan struct{}
+	inFlight, flightAsked chan struct{}
 }
 
 func (f *fakeForeground) Busy() bool {
 	f.asked <- struct{}{}
 	return f.busy
+}
+
+func (f *fakeForeground) InFlight() <-chan struct{} {
+	if f.flightAsked != nil {
+		f.flightAsked <- struct{}{}
+	}
+	if f.inFlight == nil {
+		return nil
+	}
+	return f.inFlight
+}
+
+// TestInitialEventsYield checks that a watch-list yields to a request in
+// flight, once it has streamed for minRun, until the request ends or the
+// credit it earned by streaming is spent.
+func TestInitialEventsYield(t *testing.T) {
+	const ran = 4 * minRun // streamed before "c"; earns as much credit at share 0.5
+	for _, tc := range []struct {
+		name string
+		ran  time.Duration
+		// end ends the request in the yield; otherwise the credit runs out.
+		end bool
+		// yield is whether "c" waits.
+		yield bool
+	}{
+		{name: "yields until the request ends", ran: ran, end: true, yield: true},
+		{name: "yields until the credit is spent", ran: ran, yield: true},
+		{name: "streams minRun before it yields", ran: minRun - time.Microsecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fg := &fakeForeground{busy: true, asked: make(chan struct{}, 1), inFlight: make(chan struct{}),
+				flightAsked: make(chan struct{}, 1)}
+			h := newGateHarnessWith(t, InitialEventsGateConfig{Concurrency: 1, Turn: testTurn, Stall: testStall,
+				Foreground: fg, Share: 0.5, Slice: time.Hour})
+			w := h.watchList()
+			blocked(t, w) // "a" is in the buffer, "b" waits for room
+			h.clock.Step(tc.ran)
+			if got := receive(t, w, 1); got[0].name != "a" {
+				t.Fatalf("first event %v", got)
+			}
+			if !tc.yield {
+				h.initialEventsAfter(w, "b")
+				return
+			}
+			// "b" went out; before "c" the watcher asks for requests in
+			// flight, and yields.
+			select {
+			case <-fg.flightAsked:
+			case <-time.After(wait.ForeverTestTimeout):
+				t.Fatal("the watcher never asked for requests in flight")
+			}
+			timers(t, h, 2) // the turn's and the yield's
+			if got := receive(t, w, 1); got[0].name != "b" {
+				t.Fatalf("second event %v", got)
+			}
+			expectNothing(t, w)
+			if tc.end {
+				close(fg.inFlight)
+			} else {
+				h.clock.Step(tc.ran - time.Microsecond)
+				if n := h.clock.Waiters(); n != 2 {
+					t.Fatalf("the yield ended before the credit was spent: %d timers, want 2", n)
+				}
+				expectNothing(t, w)
+				h.clock.Step(time.Microsecond)
+			}
+			h.initialEventsAfter(w, "c")
+		})
+	}
 }
 
 // TestInitialEventsPace checks that a watch-list, while the foreground is

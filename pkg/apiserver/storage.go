@@ -38,6 +38,9 @@ type WatchCacheOptions struct {
 	// InitialEventsShare is the part of the time a watch streams initial
 	// events while Foreground is busy; see cacher.InitialEventsGateConfig.
 	InitialEventsShare float64
+	// InitialEventsSlice is how long a watch streams before it pauses;
+	// see cacher.InitialEventsGateConfig.
+	InitialEventsSlice time.Duration
 	// Foreground tells when resource requests are being served; nil
 	// never paces initial events.
 	Foreground cacher.Foreground
@@ -78,7 +81,7 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 	// One gate of each for every resource: the CPU and memory they share
 	// out are the server's.
 	gate := cacher.NewInitialEventsGate(cacher.InitialEventsGateConfig{Concurrency: o.InitialEventsConcurrency,
-		Foreground: o.Foreground, Share: o.InitialEventsShare})
+		Foreground: o.Foreground, Share: o.InitialEventsShare, Slice: o.InitialEventsSlice})
 	lists := cacher.NewListGate(cacher.ListGateConfig{Concurrency: o.ListConcurrency})
 	cached := cacher.StorageDecorator(cacher.Config{
 		// Idle resources' bookmarks then carry fresh resourceVersions even

@@ -22,15 +22,14 @@ const DefaultForegroundLinger = 100 * time.Millisecond
 type Foreground struct {
 	linger time.Duration
 	clock  clock.PassiveClock
-	// inFlight counts the requests being served, as n does, for readers
-	// that take no lock.
+	// inFlight counts the requests being served. It changes under mu, with
+	// idle, and is read without it.
 	inFlight atomic.Int64
 	// lastEnd is when the last request ended, in Unix nanoseconds.
 	lastEnd atomic.Int64
 
-	// mu guards n and idle.
+	// mu guards idle and changes to inFlight.
 	mu sync.Mutex
-	n  int64
 	// idle is closed when the last request in flight ends; nil while none
 	// is in flight.
 	idle chan struct{}
@@ -71,20 +70,16 @@ func (f *Foreground) InFlight() <-chan struct{} {
 func (f *Foreground) start() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.n == 0 {
+	if f.inFlight.Add(1) == 1 {
 		f.idle = make(chan struct{})
 	}
-	f.n++
-	f.inFlight.Store(f.n)
 }
 
 func (f *Foreground) end() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lastEnd.Store(f.clock.Now().UnixNano())
-	f.n--
-	f.inFlight.Store(f.n)
-	if f.n == 0 {
+	if f.inFlight.Add(-1) == 0 {
 		close(f.idle)
 		f.idle = nil
 	}

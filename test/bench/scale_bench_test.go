@@ -251,13 +251,7 @@ func load(ctx context.Context, b *testing.B, client versioned.Interface, sz scal
 // gc=1), then reads its heap in use from /metrics and its RSS.
 func serverMemory(ctx context.Context, b *testing.B, hc *http.Client, host string, pid int) (heap, rss int64) {
 	get(ctx, b, hc, host+"/debug/pprof/heap?gc=1")
-	metrics := get(ctx, b, hc, host+"/metrics")
-	for _, line := range strings.Split(string(metrics), "\n") {
-		if strings.HasPrefix(line, "go_memstats_heap_inuse_bytes ") {
-			f, _ := strconv.ParseFloat(strings.Fields(line)[1], 64)
-			heap = int64(f)
-		}
-	}
+	heap = int64(scrapeValue(string(get(ctx, b, hc, host+"/metrics")), "go_memstats_heap_inuse_bytes"))
 	if heap == 0 {
 		b.Fatal("no go_memstats_heap_inuse_bytes in /metrics")
 	}

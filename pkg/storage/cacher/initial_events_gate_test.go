@@ -354,6 +354,17 @@ func (f *fakeForeground) Busy() bool {
 	return f.busy
 }
 
+// waitAsked waits until the watcher asks the fake foreground what says,
+// as asked tells.
+func waitAsked(t *testing.T, asked <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-asked:
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("the watcher never asked " + what)
+	}
+}
+
 func (f *fakeForeground) InFlight() <-chan struct{} {
 	if f.flightAsked != nil {
 		f.flightAsked <- struct{}{}
@@ -398,11 +409,7 @@ func TestInitialEventsYield(t *testing.T) {
 			}
 			// "b" went out; before "c" the watcher asks for requests in
 			// flight, and yields.
-			select {
-			case <-fg.flightAsked:
-			case <-time.After(wait.ForeverTestTimeout):
-				t.Fatal("the watcher never asked for requests in flight")
-			}
+			waitAsked(t, fg.flightAsked, "for requests in flight")
 			timers(t, h, 2) // the turn's and the yield's
 			if got := receive(t, w, 1); got[0].name != "b" {
 				t.Fatalf("second event %v", got)
@@ -466,11 +473,7 @@ func TestInitialEventsPace(t *testing.T) {
 				return
 			}
 			// "b" went out; before "c" the watcher asks the foreground.
-			select {
-			case <-fg.asked:
-			case <-time.After(wait.ForeverTestTimeout):
-				t.Fatal("the watcher never asked whether the foreground is busy")
-			}
+			waitAsked(t, fg.asked, "whether the foreground is busy")
 			if tc.pause == 0 {
 				h.initialEventsAfter(w, "b")
 				return
@@ -527,11 +530,8 @@ func TestInitialEventsPauseKeepsTurn(t *testing.T) {
 	if got := receive(t, first, 1); got[0].name != "a" {
 		t.Fatalf("first event %v", got)
 	}
-	select { // "b" went out; "c" waits for the pause
-	case <-fg.asked:
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatal("the watcher never asked whether the foreground is busy")
-	}
+	// "b" went out; "c" waits for the pause.
+	waitAsked(t, fg.asked, "whether the foreground is busy")
 	timers(t, h, 2) // the turn's and the pause's
 	// The turn's end (3 ms) passes in the pause (2 to 4 ms), which moves
 	// it to 5 ms: the watch-list sends the rest in its turn, before the

@@ -271,15 +271,21 @@ func runHTTP(b *testing.B, impl string, sc scenario) {
 	}
 }
 
-// profile saves a CPU profile of the server taken while the writes run,
-// for BENCH_PROFILE_DIR, or a runtime trace (kind "trace") for
-// BENCH_TRACE_DIR, of BENCH_PROFILE_SECONDS (2); it does not change the
-// figures.
+// profile saves a profile of the server taken while the writes run, of
+// kind "profile" (CPU) or "allocs" for BENCH_PROFILE_DIR, or a runtime
+// trace (kind "trace") for BENCH_TRACE_DIR, of BENCH_PROFILE_SECONDS (2).
+// It changes the figures little, but is for finding causes, not for
+// figures: an allocation profile starts with a collection.
 func profile(ctx context.Context, cfg *rest.Config, kind, path string) {
 	rc, err := rest.UnversionedRESTClientFor(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig,
 		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
 	if err != nil {
 		return
+	}
+	if kind == "allocs" {
+		// A memory profile counts what was allocated up to the last
+		// collection: one now keeps what came before out of the window.
+		_, _ = rc.Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx)
 	}
 	data, err := rc.Get().AbsPath("/debug/pprof/"+kind).Param("seconds", strconv.Itoa(envInt("BENCH_PROFILE_SECONDS", 2))).DoRaw(ctx)
 	if err == nil {

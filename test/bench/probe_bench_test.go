@@ -22,7 +22,10 @@ import (
 // (etcd and this process, not the server) and a GET /version (the server's
 // HTTP, TLS and filters, not etcd: /version is no resource request, so the
 // stream does not yield to it); and, over the phase, the server's Go
-// scheduler latencies, and the CPU the server, etcd and the machine used.
+// scheduler latencies, the CPU the server, etcd and the machine used, and
+// the server's allocations and garbage collections: while a collection
+// marks, its workers take every processor the server leaves idle, and so
+// the cores etcd needs.
 type probes struct {
 	b       *testing.B
 	hc      *http.Client
@@ -54,6 +57,9 @@ type probeSample struct {
 	at                 time.Time
 	sched              histogram
 	serverCPU, etcdCPU float64
+	// gcCPU and gcCycles are the server's collections' CPU time and
+	// count, allocs the bytes it allocated.
+	gcCPU, gcCycles, allocs float64
 	// busy and all are the machine's CPU time, busy and in all.
 	busy, all float64
 }
@@ -66,6 +72,9 @@ func (p *probes) sample(ctx context.Context) probeSample {
 	server := string(get(ctx, p.b, p.hc, p.host+"/metrics"))
 	s.sched = scrapeHistogram(server, "go_sched_latencies_seconds")
 	s.serverCPU = scrapeValue(server, "process_cpu_seconds_total")
+	s.gcCPU = scrapeValue(server, "go_cpu_classes_gc_total_cpu_seconds_total")
+	s.gcCycles = scrapeValue(server, "go_gc_cycles_total_gc_cycles_total")
+	s.allocs = scrapeValue(server, "go_gc_heap_allocs_bytes_total")
 	s.etcdCPU = scrapeValue(string(get(ctx, p.b, http.DefaultClient, p.etcdURL+"/metrics")), "process_cpu_seconds_total")
 	stat, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -173,6 +182,9 @@ func (p *probes) run(ctx context.Context, phase string, stop <-chan struct{}, ma
 		p.b.ReportMetric(1000*quantile(start.sched, end.sched, 0.999), "probe-"+phase+"-sched-p999-ms")
 		p.b.ReportMetric((end.serverCPU-start.serverCPU)/secs, "probe-"+phase+"-server-cores")
 		p.b.ReportMetric((end.etcdCPU-start.etcdCPU)/secs, "probe-"+phase+"-etcd-cores")
+		p.b.ReportMetric((end.gcCPU-start.gcCPU)/secs, "probe-"+phase+"-server-gc-cores")
+		p.b.ReportMetric((end.gcCycles-start.gcCycles)/secs, "probe-"+phase+"-server-gc-per-s")
+		p.b.ReportMetric((end.allocs-start.allocs)/secs/(1<<20), "probe-"+phase+"-server-alloc-mib-per-s")
 		p.b.ReportMetric(float64(runtime.NumCPU())*(end.busy-start.busy)/(end.all-start.all), "probe-"+phase+"-machine-cores")
 	}
 }

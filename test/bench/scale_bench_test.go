@@ -440,6 +440,7 @@ func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 	t0 := time.Now()
 	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
 		go profile(ctx, cfg, "profile", filepath.Join(dir, fmt.Sprintf("watchlists-%d.pprof", opts.clients)))
+		go profile(ctx, cfg, "allocs", filepath.Join(dir, fmt.Sprintf("watchlists-%d-allocs.pprof", opts.clients)))
 	}
 	if dir := os.Getenv("BENCH_TRACE_DIR"); dir != "" {
 		go profile(ctx, cfg, "trace", filepath.Join(dir, fmt.Sprintf("watchlists-%d-%d.trace", opts.clients, time.Now().UnixNano())))

@@ -3,6 +3,7 @@ package cacher
 import (
 	"bytes"
 	"io"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
@@ -57,15 +58,55 @@ func newCachingObject(obj runtime.Object) *cachingObject {
 	return &cachingObject{Object: m, obj: obj}
 }
 
+// scratch holds the buffers encodings are written into before they are
+// copied to their length. Each encoding of a watch-list's objects, a
+// hundred thousand at a time, grew a buffer of its own: a tenth of what
+// the server allocated while watch-lists started (docs/benchmarks.md).
+var scratch = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxScratch is the largest buffer scratch keeps: an object that encodes
+// larger is rare, and its buffer is not held for the next.
+const maxScratch = 1 << 20
+
+// encodable returns a copy of obj for an encoder, which may set the type
+// meta of what it is given: the versioning codec sets it, and puts it back,
+// on the object it converts. That is a copy of obj's top-level struct, which
+// has a type meta of its own and shares everything below it, which encoders
+// only read; a deep copy of every object a watch-list encoded was another
+// tenth of the server's allocations. An object whose kind is not held in
+// its top-level struct (Unstructured keeps it in a map), or that nests
+// objects an encoder rewrites, gets a deep copy.
+func encodable(obj runtime.Object) runtime.Object {
+	switch obj.(type) {
+	case runtime.Unstructured, runtime.NestedObjectEncoder:
+		return obj.DeepCopyObject()
+	}
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return obj.DeepCopyObject()
+	}
+	c := reflect.New(v.Elem().Type())
+	c.Elem().Set(v.Elem())
+	cp := c.Interface().(runtime.Object)
+	// The copy's kind must be its own: a pointer into the copy.
+	if kind := cp.GetObjectKind(); kind == nil || !reflect.TypeOf(kind).Comparable() || kind == obj.GetObjectKind() {
+		return obj.DeepCopyObject()
+	}
+	return cp
+}
+
 // CacheEncode implements runtime.CacheableObject.
 func (o *cachingObject) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
 	e := o.encoding(id)
 	e.once.Do(func() {
-		var buf bytes.Buffer
-		// encode owns what it is given; it may set the type meta.
-		e.err = encode(o.obj.DeepCopyObject(), &buf)
-		// The buffer's spare capacity, up to its size again, would be kept too.
+		buf := scratch.Get().(*bytes.Buffer)
+		buf.Reset()
+		e.err = encode(encodable(o.obj), buf)
+		// A copy of the length, without the buffer's spare capacity.
 		e.raw = bytes.Clone(buf.Bytes())
+		if buf.Cap() <= maxScratch {
+			scratch.Put(buf)
+		}
 	})
 	if e.err != nil {
 		return e.err

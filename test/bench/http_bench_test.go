@@ -274,20 +274,43 @@ func runHTTP(b *testing.B, impl string, sc scenario) {
 // profile saves a profile of the server taken while the writes run, of
 // kind "profile" (CPU) or "allocs" for BENCH_PROFILE_DIR, or a runtime
 // trace (kind "trace") for BENCH_TRACE_DIR, of BENCH_PROFILE_SECONDS (2).
-// It changes the figures little, but is for finding causes, not for
-// figures: an allocation profile starts with a collection.
+// It is for finding causes, not for figures, which it changes a little.
 func profile(ctx context.Context, cfg *rest.Config, kind, path string) {
 	rc, err := rest.UnversionedRESTClientFor(&rest.Config{Host: cfg.Host, TLSClientConfig: cfg.TLSClientConfig,
 		ContentConfig: rest.ContentConfig{NegotiatedSerializer: scheme.Codecs.WithoutConversion()}})
 	if err != nil {
 		return
 	}
+	seconds := envInt("BENCH_PROFILE_SECONDS", 2)
 	if kind == "allocs" {
-		// A memory profile counts what was allocated up to the last
-		// collection: one now keeps what came before out of the window.
-		_, _ = rc.Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx)
+		// A memory profile holds what was allocated up to a collection
+		// or two ago, and collections are rare: the delta profile of
+		// ?seconds= can be empty, or hold what came long before. Two
+		// profiles, each after two collections, bound the window: go
+		// tool pprof -base path-start path.
+		allocs := func() ([]byte, error) {
+			if _, err := rc.Get().AbsPath("/debug/pprof/heap").Param("gc", "1").DoRaw(ctx); err != nil {
+				return nil, err
+			}
+			return rc.Get().AbsPath("/debug/pprof/allocs").Param("gc", "1").DoRaw(ctx)
+		}
+		start, err := allocs()
+		if err != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(seconds) * time.Second):
+		}
+		end, err := allocs()
+		if err == nil {
+			_ = os.WriteFile(path+"-start", start, 0o600)
+			_ = os.WriteFile(path, end, 0o600)
+		}
+		return
 	}
-	data, err := rc.Get().AbsPath("/debug/pprof/"+kind).Param("seconds", strconv.Itoa(envInt("BENCH_PROFILE_SECONDS", 2))).DoRaw(ctx)
+	data, err := rc.Get().AbsPath("/debug/pprof/"+kind).Param("seconds", strconv.Itoa(seconds)).DoRaw(ctx)
 	if err == nil {
 		_ = os.WriteFile(path, data, 0o600)
 	}

@@ -91,9 +91,9 @@ type InitialEventsGate struct {
 	slice   time.Duration
 	// pause follows each slice while fg is busy; zero never pauses.
 	pause time.Duration
-	// earn is the time a watcher may yield per unit of time it streams,
+	// rate is the time a watcher earns to yield per unit of time it streams,
 	// and yield the most it may hold.
-	earn  float64
+	rate  float64
 	yield time.Duration
 	clock clock.Clock
 }
@@ -146,10 +146,10 @@ func NewInitialEventsGate(cfg InitialEventsGateConfig) *InitialEventsGate {
 	g := &InitialEventsGate{slots: make(chan struct{}, cfg.Concurrency), turn: cfg.Turn, stall: cfg.Stall,
 		fg: cfg.Foreground, slice: cfg.Slice, yield: cfg.Yield, clock: cfg.Clock}
 	if cfg.Share < 1 {
-		g.earn = (1 - cfg.Share) / cfg.Share
+		g.rate = (1 - cfg.Share) / cfg.Share
 		// A slice's pause, not one as long as the time since the slice
 		// began, which may hold a wait for the client that took no CPU.
-		g.pause = time.Duration(float64(cfg.Slice) * g.earn)
+		g.pause = time.Duration(float64(cfg.Slice) * g.rate)
 	}
 	return g
 }
@@ -274,7 +274,7 @@ func (t *gateTurn) pace() bool {
 
 // earn credits the watcher for ran of streaming.
 func (t *gateTurn) earn(ran time.Duration) {
-	t.credit = min(t.credit+time.Duration(float64(ran)*t.g.earn), t.g.yield)
+	t.credit = min(t.credit+time.Duration(float64(ran)*t.g.rate), t.g.yield)
 }
 
 // pauseFor pauses the watcher for d, or until until is closed, from now.

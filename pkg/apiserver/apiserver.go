@@ -85,11 +85,11 @@ func (c completedConfig) New() (*Server, error) {
 
 // newAPIGroupInfo returns fleet.example.com's group info without storage.
 // Its serializer is the generic server's default, which writes lists item
-// by item (KEP-5116: a list response never exists whole in memory), with
-// protobuf hidden. Wrapping a plain CodecFactory instead would lose the
-// streaming encoders; TestListsStream fails if that happens.
+// by item (KEP-5116: a list response never exists whole in memory), as
+// servedSerializer serves it. Wrapping a plain CodecFactory instead would
+// lose the streaming encoders; TestListsStream fails if that happens.
 func newAPIGroupInfo() genericapiserver.APIGroupInfo {
 	info := genericapiserver.NewDefaultAPIGroupInfo(fleet.GroupName, Scheme, metav1.ParameterCodec, Codecs)
-	info.NegotiatedSerializer = withoutProtobuf{info.NegotiatedSerializer}
+	info.NegotiatedSerializer = newServedSerializer(info.NegotiatedSerializer)
 	return info
 }

@@ -30,23 +30,31 @@ func init() {
 	)
 }
 
-// withoutProtobuf hides the protobuf serializer. The fleet types have no
-// protobuf encoding, so advertising it would let a client negotiate an
-// encoding that then fails. With it hidden, a client that offers protobuf
-// with a JSON fallback gets JSON, and one that accepts only protobuf gets 406
-// Not Acceptable (415 for a protobuf request body).
-type withoutProtobuf struct {
+// servedSerializer is the group's serializer with the media types it
+// serves, worked out once:
+//
+//   - protobuf is hidden. The fleet types have no protobuf encoding, so
+//     advertising it would let a client negotiate an encoding that then
+//     fails. With it hidden, a client that offers protobuf with a JSON
+//     fallback gets JSON, and one that accepts only protobuf gets 406 Not
+//     Acceptable (415 for a protobuf request body).
+//   - JSON watch events are framed by watchEventEncoder.
+type servedSerializer struct {
 	runtime.NegotiatedSerializer
+	infos []runtime.SerializerInfo
+}
+
+func newServedSerializer(ns runtime.NegotiatedSerializer) servedSerializer {
+	var infos []runtime.SerializerInfo
+	for _, info := range ns.SupportedMediaTypes() {
+		if info.MediaType != runtime.ContentTypeProtobuf {
+			infos = append(infos, info)
+		}
+	}
+	return servedSerializer{NegotiatedSerializer: ns, infos: withWatchEventEncoder(infos)}
 }
 
 // SupportedMediaTypes implements runtime.NegotiatedSerializer.
-func (s withoutProtobuf) SupportedMediaTypes() []runtime.SerializerInfo {
-	all := s.NegotiatedSerializer.SupportedMediaTypes()
-	out := make([]runtime.SerializerInfo, 0, len(all))
-	for _, info := range all {
-		if info.MediaType != runtime.ContentTypeProtobuf {
-			out = append(out, info)
-		}
-	}
-	return out
+func (s servedSerializer) SupportedMediaTypes() []runtime.SerializerInfo {
+	return s.infos
 }

@@ -37,6 +37,16 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the binaries build made: about 275 MB a run, which
+// were left in the temporary directory.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 // build compiles etcd, our server and the upstream-wired server once.
 func build(b *testing.B) string {
 	buildOnce.Do(func() {

@@ -11,16 +11,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/features"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/sharding"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 )
 
 // REST is the generic registry store with two differences.
 //
-// A resourceVersion that is not a number is rejected here with 400 Bad
-// Request. Upstream lets it reach storage, where etcd3 and the watch cache
-// turn it into a 500. We check it in the REST layer on purpose, so that the
-// answer is the same with the watch cache on or off.
+// A resourceVersion that is not a number, or a shard selector that does not
+// parse, is rejected here with 400 Bad Request. Upstream lets the first
+// reach storage, where etcd3 and the watch cache turn it into a 500, and
+// answers the second with a 500 from the generic registry. We check both
+// in the REST layer on purpose, so that the answer is the same with the
+// watch cache on or off; the message is upstream's.
 //
 // A list from the watch cache is answered with the cached objects
 // themselves, not copies of them (see sharedList).
@@ -68,10 +73,8 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 
 // List implements rest.Lister.
 func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
-	if options != nil {
-		if err := ValidateResourceVersion(options.ResourceVersion); err != nil {
-			return nil, err
-		}
+	if err := validateListOptions(options); err != nil {
+		return nil, err
 	}
 	out, err := r.lister.List(ctx, options)
 	if err != nil {
@@ -86,12 +89,31 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 
 // Watch implements rest.Watcher.
 func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
-	if options != nil {
-		if err := ValidateResourceVersion(options.ResourceVersion); err != nil {
-			return nil, err
-		}
+	if err := validateListOptions(options); err != nil {
+		return nil, err
 	}
 	return r.Store.Watch(ctx, options)
+}
+
+// validateListOptions checks what a list or watch names that upstream
+// would answer with a 500: the resourceVersion, and the shard selector
+// while the ShardedListAndWatch feature gate is on (off, the API ignores
+// it, as upstream does).
+func validateListOptions(options *metainternalversion.ListOptions) error {
+	if options == nil {
+		return nil
+	}
+	if err := ValidateResourceVersion(options.ResourceVersion); err != nil {
+		return err
+	}
+	if options.ShardSelector != "" && utilfeature.DefaultFeatureGate.Enabled(features.ShardedListAndWatch) {
+		if _, err := sharding.Parse(options.ShardSelector); err != nil {
+			return apierrors.NewBadRequest(fmt.Sprintf("invalid shard selector: %v. A shard selector is "+
+				"shardRange(object.metadata.uid, '0x<16 hex digits>', '0x<16 hex digits>'), or the same on "+
+				"object.metadata.namespace, with several joined by ||; the end may be '0x10000000000000000'", err))
+		}
+	}
+	return nil
 }
 
 // ValidateResourceVersion accepts "" and non-negative integers.

@@ -78,5 +78,8 @@ func setListMeta(list runtime.Object, m *metav1.ListMeta) error {
 	l.SetResourceVersion(m.ResourceVersion)
 	l.SetContinue(m.Continue)
 	l.SetRemainingItemCount(m.RemainingItemCount)
+	if sharded, ok := list.(metav1.ShardedListInterface); ok {
+		sharded.SetShardInfo(m.ShardInfo)
+	}
 	return nil
 }

@@ -5,8 +5,11 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -174,22 +177,25 @@ func BenchmarkHTTPWatch(b *testing.B) {
 	}
 }
 
-func runHTTP(b *testing.B, impl string, sc scenario) {
-	bins := build(b)
+// startWithEtcd starts an etcd of its own and the server bin over it,
+// without max-in-flight limits, with args added, and waits until it serves.
+func startWithEtcd(ctx context.Context, b *testing.B, bin string, args ...string) (server *exec.Cmd, cfg *rest.Config, etcdURL string) {
 	dir := b.TempDir()
 	members, err := loopbacketcd.NewMembers(filepath.Join(dir, "etcd"), 1)
 	if err != nil {
 		b.Fatal(err)
 	}
-	start(b, filepath.Join(bins, "etcd"), loopbacketcd.Args(members[0], members)...)
-	server := start(b, filepath.Join(bins, impl), "--data-dir", filepath.Join(dir, "server"),
+	start(b, filepath.Join(build(b), "etcd"), loopbacketcd.Args(members[0], members)...)
+	server = start(b, bin, append([]string{"--data-dir", filepath.Join(dir, "server"),
 		"--secure-port", strconv.Itoa(freePort(b)), "--etcd-servers", members[0].ClientURL(),
-		"--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0")
-	kubeconfig := filepath.Join(dir, "server", "kubeconfig")
+		"--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0"}, args...)...)
+	return server, waitServing(ctx, b, filepath.Join(dir, "server", "kubeconfig")), members[0].ClientURL()
+}
+
+func runHTTP(b *testing.B, impl string, sc scenario) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-
-	cfg := waitServing(ctx, b, kubeconfig)
+	server, cfg, _ := startWithEtcd(ctx, b, filepath.Join(build(b), impl))
 	client := versioned.NewForConfigOrDie(cfg)
 	list, err := client.FleetV1beta1().Assignments("bench").List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -324,6 +330,44 @@ func profile(ctx context.Context, cfg *rest.Config, kind, path string) {
 	if err == nil {
 		_ = os.WriteFile(path, data, 0o600)
 	}
+}
+
+// serverBinary is a server the benchmarks compare: ours, upstream's, or
+// another binary for an A/B.
+type serverBinary struct{ name, bin string }
+
+// serverBinaries returns the servers named in the environment variable
+// impls (default ours,upstream), built by build, and the binaries listed in
+// alts, named alt=<file name>.
+func serverBinaries(b *testing.B, impls, alts string) []serverBinary {
+	bins := build(b)
+	var out []serverBinary
+	for _, name := range strings.Split(cmp.Or(os.Getenv(impls), "ours,upstream"), ",") {
+		out = append(out, serverBinary{name, filepath.Join(bins, name)})
+	}
+	if alts := os.Getenv(alts); alts != "" {
+		for _, alt := range strings.Split(alts, ",") {
+			out = append(out, serverBinary{"alt=" + filepath.Base(alt), alt})
+		}
+	}
+	return out
+}
+
+// getStream starts a GET of JSON at url and returns its response, failing
+// the benchmark with the server's answer unless it is 200.
+func getStream(ctx context.Context, b *testing.B, hc *http.Client, url string) *http.Response {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req.Header.Set("Accept", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		b.Fatalf("GET %s: %d %.300s", url, resp.StatusCode, body)
+	}
+	return resp
 }
 
 // waitServing waits until the server behind kubeconfig, which it writes

@@ -301,17 +301,7 @@ func listAll(ctx context.Context, b *testing.B, hc *http.Client, base, query str
 		if cont != "" {
 			url += "&continue=" + cont
 		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		req.Header.Set("Accept", "application/json")
-		resp, err := hc.Do(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			b.Fatalf("list %s: %d %.300s", url, resp.StatusCode, body)
-		}
+		resp := getStream(ctx, b, hc, url)
 		// The continue token is in the list's metadata, before the items.
 		br := bufio.NewReaderSize(resp.Body, 64<<10)
 		head, _ := br.Peek(4096)

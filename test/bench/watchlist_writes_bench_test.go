@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"os"
 	"path/filepath"
@@ -35,16 +34,7 @@ import (
 func BenchmarkWatchListWrites(b *testing.B) {
 	objects, clients, rounds := envInt("WATCHLIST_OBJECTS", 10_000), envInt("WATCHLIST_CLIENTS", 100), envInt("WATCHLIST_ROUNDS", 3)
 	bins := build(b)
-	type impl struct{ name, bin string }
-	var impls []impl
-	for _, name := range strings.Split(cmp.Or(os.Getenv("WATCHLIST_IMPLS"), "ours,upstream"), ",") {
-		impls = append(impls, impl{name, filepath.Join(bins, name)})
-	}
-	if alts := os.Getenv("WATCHLIST_ALT"); alts != "" {
-		for _, alt := range strings.Split(alts, ",") {
-			impls = append(impls, impl{"alt=" + filepath.Base(alt), alt})
-		}
-	}
+	impls := serverBinaries(b, "WATCHLIST_IMPLS", "WATCHLIST_ALT")
 	dir := b.TempDir()
 	etcdURL := startScaleEtcd(b, bins, dir)
 	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 10 * time.Second})

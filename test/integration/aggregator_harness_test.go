@@ -104,6 +104,37 @@ type aggregatedServer struct {
 	FrontProxyCA *pki.CA
 	// ServingCA verifies our server's certificate (the APIServices' caBundle).
 	ServingCA []byte
+
+	// replicas are how to start each replica again, as after a restart.
+	replicas []replica
+}
+
+// replica is one of our servers behind the aggregator: where it listens
+// and the command line it runs with.
+type replica struct {
+	addr string
+	args []string
+	stop func()
+}
+
+// restart stops replica i as SIGTERM does and starts it again, on the same
+// address with the same data, as a rolling upgrade restarts a pod.
+func (a *aggregatedServer) restart(t *testing.T, i int) {
+	t.Helper()
+	r := &a.replicas[i]
+	r.stop()
+	var ln net.Listener
+	// The port is free once the server stopped; the kernel may take a
+	// moment to let it go.
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		var err error
+		ln, err = net.Listen("tcp", r.addr)
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("listening on %s again: %v", r.addr, err)
+	}
+	_, r.stop = runServer(t, ln, r.args)
 }
 
 // startAggregated renders the manifests, starts the aggregator and our
@@ -119,7 +150,7 @@ func startAggregated(t *testing.T) *aggregatedServer {
 // behind the APIService's Service. With more than one they share an etcd
 // and the Service resolves to a balancer over them, as kube-proxy spreads
 // a Service's endpoints.
-func startAggregatedReplicas(t *testing.T, n int) (*aggregatedServer, *balancer) {
+func startAggregatedReplicas(t *testing.T, n int, flags ...string) (*aggregatedServer, *balancer) {
 	t.Helper()
 	dir := t.TempDir()
 	manifests := renderManifests(t, filepath.Join(dir, "manifests"))
@@ -180,6 +211,7 @@ func startAggregatedReplicas(t *testing.T, n int) (*aggregatedServer, *balancer)
 
 	// Our server, with the Deployment's arguments.
 	var etcdEndpoint string
+	var replicas []replica
 	for i, ln := range backendLns {
 		replicaDir := filepath.Join(dir, fmt.Sprintf("replica-%d", i))
 		if err := os.MkdirAll(replicaDir, 0o700); err != nil {
@@ -187,8 +219,10 @@ func startAggregatedReplicas(t *testing.T, n int) (*aggregatedServer, *balancer)
 		}
 		args := deploymentArgs(t, manifests, replicaDir)
 		args = append(args, harnessFlags(kubeconfig, frontProxyCAFile)...)
-		inst, stop := runServer(t, ln, append(args, sharedEtcd...))
+		args = append(append(args, sharedEtcd...), flags...)
+		inst, stop := runServer(t, ln, args)
 		etcdEndpoint = inst.EtcdEndpoints[0]
+		replicas = append(replicas, replica{addr: ln.Addr().String(), args: args, stop: stop})
 		if lb != nil {
 			lb.stops = append(lb.stops, stop)
 		}
@@ -199,7 +233,7 @@ func startAggregatedReplicas(t *testing.T, n int) (*aggregatedServer, *balancer)
 	registerAPIServices(t, front.Config, manifests, backendURL)
 	waitDiscovered(t, front.Config)
 	return &aggregatedServer{Front: front, Backend: backendURL.String(), Manifests: manifests,
-		FrontProxyCA: frontProxyCA, ServingCA: servingCA(t, manifests)}, lb
+		FrontProxyCA: frontProxyCA, ServingCA: servingCA(t, manifests), replicas: replicas}, lb
 }
 
 // renderManifests runs the same renderer hack/render-manifests.sh runs.

@@ -108,6 +108,7 @@ func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*event, error) 
 	var events []*event
 	now := c.cfg.Clock.Now()
 	handle := func(ev watch.Event) (watchEnd, bool) {
+		ev, _ = unwrapRecordTime(ev)
 		switch ev.Type {
 		case watch.Bookmark:
 			if rv, err := c.cfg.Versioner.ObjectResourceVersion(ev.Object); err != nil || rv >= to {

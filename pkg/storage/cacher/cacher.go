@@ -285,9 +285,14 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	if key, err = storage.PrepareKey(c.cfg.ResourcePrefix, key, opts.Recursive); err != nil {
 		return nil, err
 	}
-	w := newWatcher(c.d, key, opts.Recursive, opts.Predicate, c.cfg.WatcherBuffer)
-	if c.cfg.TriggerField != "" && opts.Predicate.Field != nil {
-		w.trigger, w.hasTrigger = opts.Predicate.Field.RequiresExactMatch(c.cfg.TriggerField)
+	w, err := newWatcher(c.d, key, opts.Recursive, opts.Predicate, c.cfg.WatcherBuffer)
+	if err != nil {
+		return nil, err
+	}
+	if w.filter != nil && w.filter.shard != nil {
+		// Upstream's gauge of sharded watches, under its name.
+		c.metrics.shardedWatchStarted()
+		w.onEnd = c.metrics.shardedWatchStopped
 	}
 	if deadline, ok := ctx.Deadline(); ok {
 		w.deadline = deadline.UnixNano()

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
@@ -47,24 +48,29 @@ type dispatcher struct {
 	// gate bounds the watchers streaming initial events at once; nil: no bound.
 	gate *InitialEventsGate
 
-	// mu guards the watcher sets, every watcher's state and list position,
-	// and headCh. It also serializes store and log updates with watcher
-	// registration. Lock order: dispatcher.mu, then store.mu or eventLog.mu.
+	// mu guards the watcher index and lagging, every watcher's state and
+	// position, the bookmark schedule and headCh. It also serializes store
+	// and log updates with watcher registration. Lock order:
+	// dispatcher.mu, then store.mu or eventLog.mu.
 	mu sync.Mutex
-	// all holds synced watchers with no trigger value.
-	all []*watcher
-	// byTrigger holds synced watchers by the trigger value they pin.
-	byTrigger map[string][]*watcher
+	// synced holds the synced watchers, filed so that an event finds only
+	// those that may match it.
+	synced *watcherIndex
 	// lagging holds catching-up watchers.
 	lagging map[*watcher]struct{}
 	// bookmarks holds watchers due a bookmark, by Unix second.
 	bookmarks map[int64][]*watcher
 	// lastBookmarkSecond is the last second whose bookmarks went out.
 	lastBookmarkSecond int64
+	// bookmark is the bookmark at bookmarkRV that watchers share.
+	bookmark   *cachingObject
+	bookmarkRV uint64
 	// headCh is closed and replaced whenever the head moves.
 	headCh chan struct{}
 	// parkBuf is scratch space for fanOutLocked.
 	parkBuf []*watcher
+	// delivered counts fanOutLocked's sends to synced watchers for one event.
+	delivered int
 	// shuttingDown is set by beginShutdown.
 	shuttingDown bool
 	// evictedReported is how many of the log's budget evictions the
@@ -77,7 +83,7 @@ func newDispatcher(s *store, l *eventLog, pres *presenter, versioner storage.Ver
 	return &dispatcher{
 		store: s, log: l, pres: pres, versioner: versioner, newFunc: newFunc, clock: clk, metrics: m,
 		bookmarkFrequency:  bookmarkFrequency,
-		byTrigger:          map[string][]*watcher{},
+		synced:             newWatcherIndex(),
 		lagging:            map[*watcher]struct{}{},
 		bookmarks:          map[int64][]*watcher{},
 		lastBookmarkSecond: clk.Now().Unix(),
@@ -86,7 +92,7 @@ func newDispatcher(s *store, l *eventLog, pres *presenter, versioner storage.Ver
 }
 
 // process applies an event to the store and the log and offers it to the
-// synced watchers it may concern.
+// synced watchers the index finds for it.
 func (d *dispatcher) process(e *event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -97,15 +103,11 @@ func (d *dispatcher) process(e *event) {
 	since, _ := d.log.bounds()
 	d.store.prune(since)
 	m := d.pres.eventFields(e)
-	d.fanOutLocked(d.all, e, m)
-	if d.byTrigger != nil {
-		if e.cur != nil {
-			d.fanOutLocked(d.byTrigger[e.cur.trigger], e, m)
-		}
-		if e.prev != nil && (e.cur == nil || e.prev.trigger != e.cur.trigger) {
-			d.fanOutLocked(d.byTrigger[e.prev.trigger], e, m)
-		}
+	for _, set := range d.synced.lookup(e) {
+		d.fanOutLocked(set.ws, e, m)
 	}
+	d.observeDelivered(e, d.delivered, time.Time{})
+	d.delivered = 0
 	for _, w := range d.parkBuf {
 		d.parkLocked(w, prevHead)
 		d.metrics.parked.Inc()
@@ -121,15 +123,43 @@ func (d *dispatcher) fanOutLocked(list []*watcher, e *event, m *eventFields) {
 		if e.rv <= w.cursor || !w.covers(e.key) {
 			continue
 		}
-		ev, ok := e.forWatcher(w.pred, d.versioner, d.pres, m)
+		ev, ok := e.forWatcher(w.filter, d.versioner, d.pres, m)
 		if !ok {
 			continue
 		}
 		select {
 		case w.ch <- ev:
+			w.sent = e.rv
+			d.delivered++
 		default:
 			d.parkBuf = append(d.parkBuf, w)
 		}
+	}
+}
+
+// observeDelivered records the dispatch latency of n deliveries of e, as
+// upstream's apiserver_watch_events_dispatch_duration_seconds does: from
+// the etcd3 store decoding the event to its watch.Event in a watcher's
+// channel ("total"), the part before the cache received it
+// ("storage_to_cache"), and the wait for room in the channel
+// ("cache_to_watcher"), from built, which is zero for the dispatcher's
+// sends, which never wait. The clock is the real one: the decode time is.
+// A fan-out's sends are timed together, at its end.
+func (d *dispatcher) observeDelivered(e *event, n int, built time.Time) {
+	if n == 0 || e.decoded == 0 {
+		return
+	}
+	now := time.Now()
+	wait := time.Duration(0)
+	if !built.IsZero() {
+		wait = now.Sub(built)
+	}
+	total := time.Duration(now.UnixNano() - e.decoded)
+	toCache := time.Duration(e.received - e.decoded)
+	for range n {
+		d.metrics.dispatch.ObserveStage(upstream.StageStorageToCache, toCache)
+		d.metrics.dispatch.ObserveStage(upstream.StageCacheToWatcher, wait)
+		d.metrics.dispatch.ObserveStage(upstream.StageTotal, total)
 	}
 }
 
@@ -211,20 +241,12 @@ func (d *dispatcher) endAllLocked(errEv *watch.Event) {
 		}
 		close(w.ch)
 	}
-	for _, w := range d.all {
-		endSynced(w)
-	}
-	for _, list := range d.byTrigger {
-		for _, w := range list {
-			endSynced(w)
-		}
-	}
+	d.synced.each(endSynced)
 	for w := range d.lagging {
 		ended++
 		w.end()
 	}
-	d.all = nil
-	d.byTrigger = map[string][]*watcher{}
+	d.synced = newWatcherIndex()
 }
 
 func (d *dispatcher) notifyHeadLocked() {
@@ -235,10 +257,7 @@ func (d *dispatcher) notifyHeadLocked() {
 // recordGauges updates the watcher and memory gauges.
 func (d *dispatcher) recordGauges() {
 	d.mu.Lock()
-	synced := len(d.all)
-	for _, list := range d.byTrigger {
-		synced += len(list)
-	}
+	synced := d.synced.len()
 	lagging := len(d.lagging)
 	bytes, evicted := d.log.usage()
 	newlyEvicted := evicted - d.evictedReported
@@ -266,7 +285,7 @@ type initialEvents struct {
 	snap snapshot
 	// indexed says that objs, the state's objects with the watcher's
 	// trigger value in key order, are the watcher's candidates, instead of
-	// snap's every object.
+	// snap's every object in the watcher's range.
 	indexed bool
 	objs    []*object
 	// endBookmark asks for the initial-events-end bookmark after the objects.
@@ -292,10 +311,10 @@ func (d *dispatcher) register(w *watcher, withInit, endBookmark, startAtHead boo
 		snap := d.store.latest()
 		w.cursor = snap.rv
 		init := &initialEvents{snap: snap, endBookmark: endBookmark}
-		if w.hasTrigger {
+		if w.place.kind == byTrigger {
 			// Under d.mu the store's indexes hold snap's state. An agent's
 			// watch-list reads its own objects, not every object.
-			init.objs, _, init.indexed = d.store.byIndex(storage.FieldIndex(d.pres.trigger), w.trigger)
+			init.objs, _, init.indexed = d.store.byIndex(storage.FieldIndex(d.pres.trigger), w.place.value)
 		}
 		d.startCatchUpLocked(w, init)
 	case startAtHead:
@@ -307,10 +326,10 @@ func (d *dispatcher) register(w *watcher, withInit, endBookmark, startAtHead boo
 		return newErrWatcher(tooOld(from, since)), nil
 	case from >= head:
 		// Up to date, or a future resourceVersion: events up to from are skipped.
-		w.cursor = from
+		w.cursor, w.sent = from, from
 		d.addLocked(w)
 	default:
-		w.cursor = from
+		w.cursor, w.sent = from, from
 		d.startCatchUpLocked(w, nil)
 	}
 	if d.shuttingDown {
@@ -326,33 +345,7 @@ func tooOld(rv, since uint64) watch.Event {
 
 func (d *dispatcher) addLocked(w *watcher) {
 	w.state = synced
-	if w.hasTrigger {
-		w.index = len(d.byTrigger[w.trigger])
-		d.byTrigger[w.trigger] = append(d.byTrigger[w.trigger], w)
-		return
-	}
-	w.index = len(d.all)
-	d.all = append(d.all, w)
-}
-
-// removeFromListLocked drops a synced watcher from its list in O(1).
-func (d *dispatcher) removeFromListLocked(w *watcher) {
-	list := d.all
-	if w.hasTrigger {
-		list = d.byTrigger[w.trigger]
-	}
-	last := list[len(list)-1]
-	list[w.index] = last
-	last.index = w.index
-	list[len(list)-1] = nil
-	list = list[:len(list)-1]
-	if !w.hasTrigger {
-		d.all = list
-	} else if len(list) == 0 {
-		delete(d.byTrigger, w.trigger)
-	} else {
-		d.byTrigger[w.trigger] = list
-	}
+	d.synced.add(w)
 }
 
 // remove is Stop's half in the dispatcher.
@@ -361,7 +354,7 @@ func (d *dispatcher) remove(w *watcher) {
 	defer d.mu.Unlock()
 	switch w.state {
 	case synced:
-		d.removeFromListLocked(w)
+		d.synced.remove(w)
 		w.state = stopped
 		close(w.ch)
 	case unregistered:
@@ -372,7 +365,7 @@ func (d *dispatcher) remove(w *watcher) {
 }
 
 func (d *dispatcher) parkLocked(w *watcher, cursor uint64) {
-	d.removeFromListLocked(w)
+	d.synced.remove(w)
 	w.cursor = max(w.cursor, cursor)
 	d.startCatchUpLocked(w, nil)
 }
@@ -409,9 +402,14 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 		replayed += len(events)
 		for _, e := range events {
 			if w.covers(e.key) {
-				if ev, ok := e.forWatcher(w.pred, d.versioner, d.pres, nil); ok && !w.send(ev) {
-					d.endCatchUp(w)
-					return
+				if ev, ok := e.forWatcher(w.filter, d.versioner, d.pres, nil); ok {
+					built := time.Now()
+					if !w.send(ev) {
+						d.endCatchUp(w)
+						return
+					}
+					w.sent = e.rv
+					d.observeDelivered(e, 1, built)
 				}
 			}
 			w.cursor = e.rv
@@ -435,7 +433,7 @@ func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 	}
 	sent := 0
 	each := func(o *object) bool {
-		if o.matches(w.pred, d.pres, nil) {
+		if w.filter.matches(o, d.pres, nil) {
 			ok = turn.send(watch.Event{Type: watch.Added, Object: d.pres.caching(o)})
 			sent++
 		}
@@ -452,7 +450,9 @@ func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 	}
 	d.metrics.initEvents.Add(float64(sent))
 	if ok && init.endBookmark {
-		ok = turn.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.rv, true)})
+		if ok = turn.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.rv, true)}); ok {
+			w.sent = init.snap.rv
+		}
 	}
 	return ok
 }

@@ -43,7 +43,7 @@ func (d *testDispatcher) put(name string, lbls map[string]string, node string) {
 	d.rv++
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: lbls,
 		ResourceVersion: fmt.Sprint(d.rv)}, Spec: example.PodSpec{NodeName: node}}
-	o := &object{key: "/pods/ns/" + name, obj: pod, labels: lbls, rv: d.rv, trigger: node}
+	o := &object{key: "/pods/ns/" + name, name: name, obj: pod, labels: lbls, rv: d.rv, trigger: node}
 	prev, _ := d.store.get(o.key)
 	typ := watch.Added
 	if prev != nil {
@@ -57,20 +57,27 @@ func (d *testDispatcher) del(name string) {
 	prev, _ := d.store.get("/pods/ns/" + name)
 	gone := prev.obj.DeepCopyObject().(*example.Pod)
 	gone.ResourceVersion = fmt.Sprint(d.rv)
-	cur := &object{key: prev.key, obj: gone, labels: prev.labels, rv: d.rv, trigger: prev.trigger}
+	cur := &object{key: prev.key, name: prev.name, obj: gone, labels: prev.labels, rv: d.rv, trigger: prev.trigger}
 	d.process(&event{typ: watch.Deleted, key: prev.key, rv: d.rv, cur: cur, prev: prev, recorded: d.clock.Now()})
 }
 
-func (d *testDispatcher) watch(t *testing.T, pred storage.SelectionPredicate, buffer int, trigger string) *watcher {
+func (d *testDispatcher) watch(t *testing.T, pred storage.SelectionPredicate, buffer int) *watcher {
 	t.Helper()
-	w := newWatcher(d.dispatcher, "/pods/", true, pred, buffer)
-	if trigger != "" {
-		w.trigger, w.hasTrigger = trigger, true
-	}
+	w := mustWatcher(t, d.dispatcher, "/pods/", true, pred, buffer)
 	if _, err := d.register(w, false, false, false, d.rv); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
+	return w
+}
+
+// mustWatcher builds a watcher, failing the test if the predicate is refused.
+func mustWatcher(t testing.TB, d *dispatcher, key string, recursive bool, pred storage.SelectionPredicate, buffer int) *watcher {
+	t.Helper()
+	w, err := newWatcher(d, key, recursive, pred, buffer)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return w
 }
 
@@ -128,7 +135,7 @@ func expectNothing(t *testing.T, w *watcher) {
 func TestSelectorTransitions(t *testing.T) {
 	d := newTestDispatcher(100)
 	sel := storage.SelectionPredicate{Label: labels.SelectorFromSet(labels.Set{"app": "web"}), Field: fields.Everything()}
-	w := d.watch(t, sel, 16, "")
+	w := d.watch(t, sel, 16)
 	web, db := map[string]string{"app": "web"}, map[string]string{"app": "db"}
 
 	d.put("p", db, "")  // 2: never matched: nothing
@@ -163,12 +170,18 @@ func TestTriggerIndex(t *testing.T) {
 	onNode := func(n string) storage.SelectionPredicate {
 		return storage.SelectionPredicate{Label: labels.Everything(), Field: fields.OneTermEqualSelector("spec.nodeName", n)}
 	}
-	a := d.watch(t, onNode("node-a"), 16, "node-a")
-	b := d.watch(t, onNode("node-b"), 16, "node-b")
-	all := d.watch(t, storage.Everything, 16, "")
+	a := d.watch(t, onNode("node-a"), 16)
+	b := d.watch(t, onNode("node-b"), 16)
+	all := d.watch(t, storage.Everything, 16)
 
 	d.mu.Lock()
-	lists := fmt.Sprintf("all=%d node-a=%d node-b=%d", len(d.all), len(d.byTrigger["node-a"]), len(d.byTrigger["node-b"]))
+	setLen := func(kind placeKind, value string) int {
+		if s := d.synced.sets[kind][value]; s != nil {
+			return len(s.ws)
+		}
+		return 0
+	}
+	lists := fmt.Sprintf("all=%d node-a=%d node-b=%d", setLen(byPrefix, "/pods/"), setLen(byTrigger, "node-a"), setLen(byTrigger, "node-b"))
 	d.mu.Unlock()
 	if lists != "all=1 node-a=1 node-b=1" {
 		t.Fatalf("watcher lists: %s", lists)
@@ -195,8 +208,8 @@ func TestTriggerIndex(t *testing.T) {
 	b.Stop()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.byTrigger) != 0 {
-		t.Fatalf("stopped watchers left in the trigger index: %v", d.byTrigger)
+	if len(d.synced.sets[byTrigger]) != 0 {
+		t.Fatalf("stopped watchers left in the trigger index: %v", d.synced.sets[byTrigger])
 	}
 }
 
@@ -206,8 +219,8 @@ func TestSlowWatcherCatchesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow := d.watch(t, storage.Everything, 1, "")
-	fast := d.watch(t, storage.Everything, 1000, "")
+	slow := d.watch(t, storage.Everything, 1)
+	fast := d.watch(t, storage.Everything, 1000)
 	const n = 200
 	for i := 0; i < n; i++ {
 		d.put(fmt.Sprintf("p%03d", i), nil, "")
@@ -259,7 +272,7 @@ func TestParkedAgainRightAfterSyncing(t *testing.T) {
 	const watchers, n = 50, 2000
 	ws := make([]*watcher, watchers)
 	for i := range ws {
-		ws[i] = d.watch(t, storage.Everything, 1, "")
+		ws[i] = d.watch(t, storage.Everything, 1)
 	}
 	results := make(chan error, watchers)
 	for _, w := range ws {
@@ -294,7 +307,7 @@ func TestParkedAgainRightAfterSyncing(t *testing.T) {
 
 func TestWatcherFallsOffTheLog(t *testing.T) {
 	d := newTestDispatcher(8)
-	slow := d.watch(t, storage.Everything, 1, "")
+	slow := d.watch(t, storage.Everything, 1)
 	for i := 0; i < 30; i++ {
 		d.put(fmt.Sprintf("p%02d", i), nil, "")
 	}
@@ -314,7 +327,7 @@ func TestWatchFromTooOldResourceVersion(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		d.put(fmt.Sprintf("p%d", i), nil, "")
 	}
-	w := newWatcher(d.dispatcher, "/pods/", true, storage.Everything, 4)
+	w := mustWatcher(t, d.dispatcher, "/pods/", true, storage.Everything, 4)
 	wi, err := d.register(w, false, false, false, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +345,7 @@ func TestBookmarks(t *testing.T) {
 	d := newTestDispatcher(100)
 	pred := storage.Everything
 	pred.AllowWatchBookmarks = true
-	w := d.watch(t, pred, 16, "")
+	w := d.watch(t, pred, 16)
 	d.put("p", nil, "")
 	receive(t, w, 1)
 	d.progress(42)
@@ -343,18 +356,55 @@ func TestBookmarks(t *testing.T) {
 
 	d.clock.Step(2 * time.Second)
 	d.sendBookmarks(d.clock.Now())
-	e := <-w.ch
-	if rv := e.Object.(metav1.Object).GetResourceVersion(); e.Type != watch.Bookmark || rv != "42" {
-		t.Fatalf("got %s at %s, want a BOOKMARK at the head, 42", e.Type, rv)
+	if got := receive(t, w, 1); got[0].typ != watch.Bookmark || got[0].rv != "42" {
+		t.Fatalf("got %v, want a BOOKMARK at the head, 42", got)
 	}
-	// The next one is a minute later.
-	d.clock.Step(30 * time.Second)
+	// A minute later the head has not moved: the client holds it, and a
+	// bookmark would tell it nothing. Idle watchers cost nothing.
+	d.clock.Step(61 * time.Second)
 	d.sendBookmarks(d.clock.Now())
 	expectNothing(t, w)
-	d.clock.Step(31 * time.Second)
+	// Once the head moves, the next goes at the next due time, a minute
+	// after the one skipped.
+	d.progress(50)
+	d.clock.Step(61 * time.Second)
 	d.sendBookmarks(d.clock.Now())
-	if e := <-w.ch; e.Type != watch.Bookmark {
-		t.Fatalf("got %s, want the second BOOKMARK", e.Type)
+	if got := receive(t, w, 1); got[0].typ != watch.Bookmark || got[0].rv != "50" {
+		t.Fatalf("got %v, want the second BOOKMARK, at 50", got)
+	}
+}
+
+// TestBookmarkSkipsWhatTheClientHolds checks that a periodic bookmark goes
+// only to a watcher whose client does not hold the head yet: not one that
+// watched from the head, nor one just sent an event at it; but one whose
+// events were all filtered out while the head moved, which is what
+// bookmarks are for.
+func TestBookmarkSkipsWhatTheClientHolds(t *testing.T) {
+	d := newTestDispatcher(100)
+	withBookmarks := func(p storage.SelectionPredicate) storage.SelectionPredicate {
+		p.AllowWatchBookmarks = true
+		return p
+	}
+	fromHead := d.watch(t, withBookmarks(storage.Everything), 16)
+	sentHead := d.watch(t, withBookmarks(storage.Everything), 16)
+	filtered := d.watch(t, withBookmarks(storage.SelectionPredicate{Label: labels.SelectorFromSet(labels.Set{"app": "none"}),
+		Field: fields.Everything()}), 16)
+	d.clock.Step(61 * time.Second)
+	d.sendBookmarks(d.clock.Now())
+	for name, w := range map[string]*watcher{"from the head": fromHead, "sent the head": sentHead, "filtered": filtered} {
+		if len(w.ch) != 0 {
+			t.Fatalf("%s: a bookmark before the head moved", name)
+		}
+	}
+	d.put("p", nil, "")
+	receive(t, sentHead, 1)
+	receive(t, fromHead, 1)
+	d.clock.Step(61 * time.Second)
+	d.sendBookmarks(d.clock.Now())
+	expectNothing(t, fromHead)
+	expectNothing(t, sentHead)
+	if got := receive(t, filtered, 1); got[0].typ != watch.Bookmark || got[0].rv != fmt.Sprint(d.rv) {
+		t.Fatalf("filtered: got %v, want a bookmark at %d", got, d.rv)
 	}
 }
 
@@ -393,7 +443,7 @@ func TestCompactedDropsHistory(t *testing.T) {
 	if since, head := d.log.bounds(); since != head || head != 6 {
 		t.Fatalf("after compaction past the head: since=%d head=%d, want 6 6", since, head)
 	}
-	w := newWatcher(d.dispatcher, "/pods/", true, storage.Everything, 4)
+	w := mustWatcher(t, d.dispatcher, "/pods/", true, storage.Everything, 4)
 	wi, _ := d.register(w, false, false, false, 3)
 	if e := <-wi.ResultChan(); e.Type != watch.Error {
 		t.Fatalf("watch from before the compaction: got %s, want a 410 error", e.Type)
@@ -409,17 +459,74 @@ func TestBookmarksOnShutdown(t *testing.T) {
 	d.put("a", nil, "n1")
 	withBookmarks := storage.Everything
 	withBookmarks.AllowWatchBookmarks = true
-	before := d.watch(t, withBookmarks, 10, "")
+	before := d.watch(t, withBookmarks, 10)
 	triggered := d.watch(t, storage.SelectionPredicate{Label: labels.Everything(), Field: fields.OneTermEqualSelector("spec.nodeName", "n1"),
-		AllowWatchBookmarks: true}, 10, "n1")
-	quiet := d.watch(t, storage.Everything, 10, "")
+		AllowWatchBookmarks: true}, 10)
+	quiet := d.watch(t, storage.Everything, 10)
 
 	d.beginShutdown()
-	after := d.watch(t, withBookmarks, 10, "")
+	after := d.watch(t, withBookmarks, 10)
 	for name, w := range map[string]*watcher{"before": before, "trigger-indexed": triggered, "after": after} {
 		if got := receive(t, w, 1); got[0].typ != watch.Bookmark || got[0].rv != fmt.Sprint(d.rv) {
 			t.Errorf("%s: got %v, want a bookmark at %d", name, got, d.rv)
 		}
 	}
 	expectNothing(t, quiet)
+}
+
+// TestDeadlineBookmarkAlwaysGoes checks that the bookmark before a watch's
+// deadline goes even to a watcher that holds the head, as upstream's
+// conformance (OptionalWatchBookmarksWithCorrectResourceVersion) expects.
+func TestDeadlineBookmarkAlwaysGoes(t *testing.T) {
+	d := newTestDispatcher(100)
+	pred := storage.Everything
+	pred.AllowWatchBookmarks = true
+	w := mustWatcher(t, d.dispatcher, "/pods/", true, pred, 16)
+	w.deadline = d.clock.Now().Add(10 * time.Second).UnixNano()
+	if _, err := d.register(w, false, false, false, d.rv); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	d.put("p", nil, "")
+	receive(t, w, 1)
+	d.clock.Step(8 * time.Second)
+	d.sendBookmarks(d.clock.Now())
+	if got := receive(t, w, 1); got[0].typ != watch.Bookmark || got[0].rv != fmt.Sprint(d.rv) {
+		t.Fatalf("got %v, want the deadline's bookmark at %d", got, d.rv)
+	}
+}
+
+// TestBookmarksShareOneEncoding checks that watchers sent a bookmark at the
+// same resourceVersion get one cachingObject, so that the watch handlers
+// encode it once, and that a later head gets a new one.
+func TestBookmarksShareOneEncoding(t *testing.T) {
+	d := newTestDispatcher(100)
+	pred := storage.Everything
+	pred.AllowWatchBookmarks = true
+	a, b := d.watch(t, pred, 16), d.watch(t, pred, 16)
+	d.progress(42)
+	d.clock.Step(61 * time.Second)
+	d.sendBookmarks(d.clock.Now())
+	var objs []runtime.Object
+	for _, w := range []*watcher{a, b} {
+		select {
+		case e := <-w.ch:
+			if _, ok := e.Object.(runtime.CacheableObject); e.Type != watch.Bookmark || !ok {
+				t.Fatalf("got %s %T, want a BOOKMARK that caches its encodings", e.Type, e.Object)
+			}
+			objs = append(objs, e.Object)
+		case <-time.After(wait.ForeverTestTimeout):
+			t.Fatal("no bookmark")
+		}
+	}
+	if objs[0] != objs[1] {
+		t.Fatal("two watchers got two bookmark objects at one resourceVersion")
+	}
+	d.progress(43)
+	d.mu.Lock()
+	later := d.sharedBookmarkLocked(43)
+	d.mu.Unlock()
+	if runtime.Object(later) == objs[0] || later.GetResourceVersion() != "43" {
+		t.Fatalf("the bookmark at 43 is %v at %s", later == objs[0], later.GetResourceVersion())
+	}
 }

@@ -188,6 +188,8 @@ func (c *Cacher) watchWith(ctx context.Context, rv uint64, relist <-chan string,
 		ResourceVersion: fmt.Sprint(rv),
 		Recursive:       true,
 		ProgressNotify:  true,
+		// Each event carries when the store decoded it, for the dispatch latency.
+		RecordTimestamps: true,
 		Predicate: storage.SelectionPredicate{
 			Label: labels.Everything(), Field: fields.Everything(), AllowWatchBookmarks: true,
 		},
@@ -238,6 +240,8 @@ func (c *Cacher) watchWith(ctx context.Context, rv uint64, relist <-chan string,
 // handle applies one event from the etcd watch. stop is true when the
 // event ends the watch.
 func (c *Cacher) handle(ev watch.Event) (end watchEnd, stop bool) {
+	var decoded time.Time
+	ev, decoded = unwrapRecordTime(ev)
 	switch ev.Type {
 	case watch.Bookmark:
 		rv, err := c.cfg.Versioner.ObjectResourceVersion(ev.Object)
@@ -246,13 +250,23 @@ func (c *Cacher) handle(ev watch.Event) (end watchEnd, stop bool) {
 		}
 		c.d.progress(rv)
 	case watch.Added, watch.Modified, watch.Deleted:
-		if err := c.ingest(ev); err != nil {
+		if err := c.ingest(ev, decoded); err != nil {
 			return watchEnd{reason: endUnreadable, relist: true, err: err}, true
 		}
 	case watch.Error:
 		return classifyWatchError(apierrors.FromObject(ev.Object)), true
 	}
 	return watchEnd{}, false
+}
+
+// unwrapRecordTime takes the object out of the wrapper the etcd3 store puts
+// around it for RecordTimestamps, and returns when the store decoded it.
+func unwrapRecordTime(ev watch.Event) (watch.Event, time.Time) {
+	if timed, ok := ev.Object.(storage.WatchEventWithRecordTime); ok {
+		ev.Object = timed.Unwrap()
+		return ev, timed.RecordTime()
+	}
+	return ev, time.Time{}
 }
 
 // requestRelist makes the cache list again, ending its watchers, as when

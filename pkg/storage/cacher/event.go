@@ -18,38 +18,20 @@ import (
 // selectors and watchers see of it, the presenter makes when they need it.
 type object struct {
 	key string
-	obj runtime.Object
+	// name is the object's metadata.name: a substring of key when key ends
+	// in it, as the registry's keys do.
+	name string
+	obj  runtime.Object
 	// co is obj's cachingObject while it was sent recently (presenter.caching).
 	co     atomic.Pointer[cachingObject]
 	labels labels.Set
 	rv     uint64
 	// trigger is the value of Config.TriggerField, if any.
 	trigger string
+	// hashes are the shard hashes of the object's UID and namespace.
+	hashes [shardFields]uint64
 	// bytes estimates what obj holds (approximateSize).
 	bytes int64
-}
-
-// matches reports whether o passes the predicate; nil passes everything.
-// f, if not nil, is o's fields, computed once for several predicates.
-func (o *object) matches(p *storage.SelectionPredicate, pr *presenter, f *objectFields) bool {
-	if p == nil {
-		return true
-	}
-	if p.ShardSelector != nil && !p.ShardSelector.Empty() {
-		if ok, err := p.MatchesSharding(o.obj); err != nil || !ok {
-			return false
-		}
-	}
-	if p.Label != nil && !p.Label.Matches(o.labels) {
-		return false
-	}
-	if p.Field == nil || p.Field.Empty() {
-		return true
-	}
-	if f == nil {
-		f = pr.fields(o)
-	}
-	return p.Field.Matches(f)
 }
 
 // event is one change from etcd, shared by every watcher that receives it.
@@ -64,6 +46,10 @@ type event struct {
 	prev *object
 	// recorded is when ingest saw the event; the log keeps it for the history window.
 	recorded time.Time
+	// decoded is when the etcd3 store decoded the event from etcd's watch,
+	// the start of its dispatch latency, and received when ingest took it,
+	// in Unix nanoseconds of the real clock; zero when the store did not say.
+	decoded, received int64
 
 	// leaving is prev at this event's resourceVersion, built once for the
 	// watchers this event moves out of their selector.
@@ -81,20 +67,20 @@ func (e *event) size() int64 {
 	return e.cur.bytes
 }
 
-// forWatcher returns what a watcher with predicate p receives, following
+// forWatcher returns what a watcher with filter f receives, following
 // the Kubernetes rules for selectors: entering is ADDED, staying is
 // MODIFIED, leaving is DELETED with the previous state at this event's
 // resourceVersion. ok is false when the watcher receives nothing.
 //
 // m, if not nil, holds the fields of cur and prev for every watcher of a
 // dispatch.
-func (e *event) forWatcher(p *storage.SelectionPredicate, v storage.Versioner, pr *presenter, m *eventFields) (watch.Event, bool) {
+func (e *event) forWatcher(f *filter, v storage.Versioner, pr *presenter, m *eventFields) (watch.Event, bool) {
 	var cf, pf *objectFields
 	if m != nil {
 		cf, pf = &m.cur, &m.prev
 	}
-	curMatch := e.typ != watch.Deleted && e.cur.matches(p, pr, cf)
-	prevMatch := e.prev != nil && e.prev.matches(p, pr, pf)
+	curMatch := e.typ != watch.Deleted && f.matches(e.cur, pr, cf)
+	prevMatch := e.prev != nil && f.matches(e.prev, pr, pf)
 	switch {
 	case e.typ == watch.Deleted && prevMatch:
 		return watch.Event{Type: watch.Deleted, Object: pr.caching(e.cur)}, true

@@ -64,6 +64,13 @@ func TestEventLog(t *testing.T) {
 			appends: []time.Duration{0, 0, 0, 0, 0, 0, 0, 0, time.Minute}, since: 17, wantEvents: []uint64{18, 19}, wantOK: true,
 			wantCapacity: 4, wantSince: 11,
 		},
+		{
+			name: "keeps its size while a quarter is inside the window", min: 2, max: 16, window: 5 * time.Second,
+			// The ninth event finds the ring full, its oldest outside the
+			// window, and two of eight (a quarter) inside: it drops the oldest.
+			appends: []time.Duration{0, 0, 0, 0, 0, 0, 59 * time.Second, 59 * time.Second, time.Minute}, since: 17,
+			wantEvents: []uint64{18, 19}, wantOK: true, wantCapacity: 8, wantSince: 11,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,11 +3,11 @@ package cacher
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
@@ -139,8 +140,17 @@ func newRawStore(client *kubernetes.Client, prefix string) (storage.Interface, f
 
 // benchPod is the i-th pod a fan-out run writes.
 func benchPod(i, watchers int) *example.Pod {
-	return &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%06d", i), Namespace: "ns"},
+	return &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%06d", i), Namespace: "ns", UID: benchUID(i)},
 		Spec: example.PodSpec{NodeName: benchNode(i, watchers)}}
+}
+
+// benchUID is the i-th pod's UID: random-looking, as real UIDs are, so
+// that their shard hashes spread over the hash space, and the same in the
+// etcd child that writes the pod and the benchmark that expects it.
+func benchUID(i int) types.UID {
+	r := rand.New(rand.NewPCG(uint64(i), 5866))
+	return types.UID(fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", r.Uint32(), r.Uint32N(1<<16), r.Uint32N(1<<12),
+		r.Uint32N(1<<12), r.Uint64N(1<<48)))
 }
 
 // benchNode spreads writes over one node per watcher.
@@ -209,10 +219,7 @@ func (f fanOut) run(b *testing.B, e *benchEtcd, s storage.Interface, prefix stri
 	}
 	consumers := make([]*consumer, f.watchers)
 	var res fanOutResult
-	// satisfied counts watchers still short of their events; exited counts
-	// consumer goroutines; finished ends them.
-	var satisfied, exited sync.WaitGroup
-	finished := make(chan struct{})
+	cs := newConsumers()
 	for i := range consumers {
 		pred := storage.Everything
 		expected := f.writes
@@ -231,52 +238,15 @@ func (f fanOut) run(b *testing.B, e *benchEtcd, s storage.Interface, prefix stri
 		}
 		c := &consumer{slow: float64(i) < f.slow*float64(f.watchers), received: make([]int64, f.writes)}
 		consumers[i] = c
-		// Every watcher stays open until the run ends, including one that
-		// expects no event, so that selective runs measure the watchers
-		// that do not match as well.
-		satisfied.Add(1)
-		exited.Add(1)
-		go func() {
-			defer exited.Done()
-			defer w.Stop()
-			var once sync.Once
-			done := func() { once.Do(satisfied.Done) }
-			defer done()
-			if expected == 0 {
-				done()
+		cs.consume(b, w, expected, func(ev watch.Event) {
+			now := time.Now().UnixNano()
+			name := ev.Object.(metav1.Object).GetName()
+			idx, _ := strconv.Atoi(strings.TrimPrefix(name, "p-"))
+			c.received[idx] = now
+			if c.slow {
+				time.Sleep(f.slowDelay) // the workload: a consumer that takes this long per event
 			}
-			got := 0
-			for {
-				var ev watch.Event
-				var ok bool
-				select {
-				case <-finished:
-					return
-				case ev, ok = <-w.ResultChan():
-				}
-				if !ok || ev.Type == watch.Error {
-					if ok && atomic.AddInt64(&res.closed, 1) == 1 {
-						b.Logf("first watcher ended early with %v", ev.Object)
-					} else if !ok {
-						atomic.AddInt64(&res.closed, 1)
-					}
-					return
-				}
-				if ev.Type == watch.Bookmark {
-					continue
-				}
-				now := time.Now().UnixNano()
-				name := ev.Object.(metav1.Object).GetName()
-				idx, _ := strconv.Atoi(strings.TrimPrefix(name, "p-"))
-				c.received[idx] = now
-				if got++; got == expected {
-					done()
-				}
-				if c.slow {
-					time.Sleep(f.slowDelay) // the workload: a consumer that takes this long per event
-				}
-			}
-		}()
+		})
 	}
 
 	// The writer is the etcd child process: its CPU is not the cache's.
@@ -285,15 +255,9 @@ func (f fanOut) run(b *testing.B, e *benchEtcd, s storage.Interface, prefix stri
 		func(i int, at int64) { writeDone[i].Store(at) }); err != nil {
 		b.Fatal(err)
 	}
-	allSatisfied := make(chan struct{})
-	go func() { satisfied.Wait(); close(allSatisfied) }()
-	select {
-	case <-allSatisfied:
-	case <-time.After(2 * time.Minute): // bounded: whatever is not delivered by now counts as not delivered
-	}
+	cs.finish(2 * time.Minute)
 	res.elapsed, res.cpu = time.Since(start), processCPU()-cpuStart
-	close(finished)
-	exited.Wait()
+	res.closed = cs.closed.Load()
 	for _, c := range consumers {
 		for i, at := range c.received {
 			if at == 0 {

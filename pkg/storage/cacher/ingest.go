@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -156,8 +157,9 @@ func (c *Cacher) listPage(ctx context.Context, opts storage.ListOptions) ([]*obj
 	return objs, rv, lm.GetContinue(), nil
 }
 
-// ingest turns one etcd event into a cached event.
-func (c *Cacher) ingest(ev watch.Event) error {
+// ingest turns one etcd event into a cached event. decoded is when the
+// etcd3 store decoded it, if it said.
+func (c *Cacher) ingest(ev watch.Event, decoded time.Time) error {
 	o, err := c.newObject(ev.Object)
 	if err != nil {
 		return err
@@ -166,6 +168,10 @@ func (c *Cacher) ingest(ev watch.Event) error {
 	c.metrics.resourceVersion(o.rv)
 	prev, _ := c.store.get(o.key)
 	e := &event{key: o.key, rv: o.rv, cur: o, prev: prev, recorded: c.cfg.Clock.Now()}
+	if !decoded.IsZero() {
+		// The dispatch latency compares real times, as the decode time is.
+		e.decoded, e.received = decoded.UnixNano(), time.Now().UnixNano()
+	}
 	switch {
 	case ev.Type == watch.Deleted && prev == nil:
 		// Deleting what the cache never held: nothing to tell watchers.
@@ -199,11 +205,26 @@ func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("resourceVersion of %s: %w", key, err)
 	}
-	o := &object{key: key, obj: obj, labels: l, rv: rv, bytes: approximateSize(obj)}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", key, err)
+	}
+	o := &object{key: key, name: nameIn(key, m.GetName()), obj: obj, labels: l, rv: rv, bytes: approximateSize(obj)}
+	o.hashes[shardByUID] = shardHash(string(m.GetUID()))
+	o.hashes[shardByNamespace] = shardHash(m.GetNamespace())
 	if c.cfg.TriggerField != "" {
 		o.trigger = c.cfg.IndexerFuncs[c.cfg.TriggerField](obj)
 	}
 	return o, nil
+}
+
+// nameIn returns name, as the substring of key that ends it if there is
+// one, so that the object keeps no second copy.
+func nameIn(key, name string) string {
+	if strings.HasSuffix(key, "/"+name) {
+		return key[len(key)-len(name):]
+	}
+	return name
 }
 
 // indexFuncs adapts Config.Indexers, plus the trigger field, to the store.

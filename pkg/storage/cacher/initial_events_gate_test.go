@@ -53,7 +53,7 @@ func (h *gateHarness) watchList() *watcher {
 	h.t.Helper()
 	pred := storage.Everything
 	pred.AllowWatchBookmarks = true
-	w := newWatcher(h.dispatcher, "/pods/", true, pred, 1)
+	w := mustWatcher(h.t, h.dispatcher, "/pods/", true, pred, 1)
 	if _, err := h.register(w, true, true, false, 0); err != nil {
 		h.t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestInitialEventsGate(t *testing.T) {
 			h := newGateHarness(t, 1)
 			first := h.watchList()
 			blocked(t, first)
-			resumed := h.watch(t, storage.Everything, 10, "")
+			resumed := h.watch(t, storage.Everything, 10)
 			h.put("d", nil, "")
 			if got := receive(t, resumed, 1); got[0].name != "d" {
 				t.Fatalf("resumed watch got %v", got)

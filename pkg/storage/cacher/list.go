@@ -44,6 +44,10 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 	}
 	pred := opts.Predicate
 	continuing := opts.Recursive && pred.Continue != ""
+	f, err := newFilter(pred)
+	if err != nil {
+		return err
+	}
 
 	var snap snapshot
 	switch {
@@ -83,11 +87,11 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		fromKey = ""
 	}
 	if pred.Limit == 0 && !continuing && withRev == 0 {
-		if done, err := c.listByIndex(ctx, key, opts.Recursive, &pred, listObj); done || err != nil {
+		if done, err := c.listByIndex(ctx, key, opts.Recursive, &pred, f, listObj); done || err != nil {
 			return err
 		}
 	}
-	return c.listFrom(ctx, snap, key, opts.Recursive, &pred, fromKey, listObj)
+	return c.listFrom(ctx, snap, key, opts.Recursive, f, pred.Limit, fromKey, listObj)
 }
 
 // snapshotAt returns the state at exactly rv, unless etcd has compacted rv
@@ -101,7 +105,7 @@ func (c *Cacher) snapshotAt(rv uint64) (snapshot, bool) {
 
 // listByIndex serves an unpaginated list of the current state through an
 // index the selector can use. done is false when no index applies.
-func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pred *storage.SelectionPredicate, listObj runtime.Object) (done bool, err error) {
+func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pred *storage.SelectionPredicate, f *filter, listObj runtime.Object) (done bool, err error) {
 	for _, m := range pred.MatcherIndex(ctx) {
 		objs, rv, ok := c.store.byIndex(m.IndexName, m.Value)
 		if !ok {
@@ -109,7 +113,7 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 		}
 		matched := make([]*object, 0, len(objs))
 		for _, o := range objs {
-			if inScope(key, recursive, o.key) && o.matches(pred, c.pres, nil) {
+			if inScope(key, recursive, o.key) && f.matches(o, c.pres, nil) {
 				matched = append(matched, o)
 			}
 		}
@@ -117,15 +121,16 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 			return true, err
 		}
 		c.metrics.list(m.IndexName, len(objs), len(matched))
+		f.setShardInfo(listObj)
 		return true, c.cfg.Versioner.UpdateList(listObj, rv, "", nil)
 	}
 	return false, nil
 }
 
-// listFrom fills listObj with one page of matching objects from snap,
-// starting at fromKey, and sets the continue token and remaining count.
-func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recursive bool, pred *storage.SelectionPredicate, fromKey string, listObj runtime.Object) error {
-	limit := pred.Limit
+// listFrom fills listObj with one page of up to limit objects from snap
+// that pass f, starting at fromKey, and sets the continue token, the
+// remaining count and, for a sharded list, the shard info.
+func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recursive bool, f *filter, limit int64, fromKey string, listObj runtime.Object) error {
 	var (
 		count, remaining int64
 		fetched          int
@@ -137,7 +142,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recurs
 	if limit > 0 {
 		matched = make([]*object, 0, limit)
 	}
-	empty := pred.Empty()
+	empty := f.empty()
 	snap.scan(key, recursive, fromKey, func(o *object) bool {
 		if limit > 0 && count == limit {
 			// Anything left in range means another page, even if it may
@@ -151,7 +156,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recurs
 			return false
 		}
 		fetched++
-		if !o.matches(pred, c.pres, nil) {
+		if !f.matches(o, c.pres, nil) {
 			return true
 		}
 		matched = append(matched, o)
@@ -173,6 +178,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recurs
 			remainingCount = &remaining
 		}
 	}
+	f.setShardInfo(listObj)
 	return c.cfg.Versioner.UpdateList(listObj, snap.rv, continueToken, remainingCount)
 }
 

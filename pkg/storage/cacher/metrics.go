@@ -138,6 +138,8 @@ type cacheMetrics struct {
 	capacity         compbasemetrics.GaugeMetric
 	encoded          compbasemetrics.GaugeMetric
 	watchGap         compbasemetrics.ObserverMetric
+	// dispatch observes upstream's dispatch latency histogram's stages.
+	dispatch *upstream.WatcherMetricsObservers
 }
 
 func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
@@ -167,6 +169,7 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 		capacity:         upstream.WatchCacheCapacity.WithLabelValues(g, r),
 		encoded:          encodedObjectsGauge.WithLabelValues(g, r),
 		watchGap:         etcdWatchGap.WithLabelValues(g, r),
+		dispatch:         upstream.NewWatcherMetricsObservers(gr),
 	}
 }
 
@@ -192,3 +195,9 @@ func (m *cacheMetrics) list(index string, fetched, returned int) {
 }
 
 func (m *cacheMetrics) resourceVersion(rv uint64) { upstream.RecordResourceVersion(m.gr, rv) }
+
+// shardedWatchStarted and shardedWatchStopped count open sharded watches in
+// upstream's apiserver_watch_shards_total, registered while the
+// ShardedListAndWatch feature gate is on.
+func (m *cacheMetrics) shardedWatchStarted() { upstream.RecordShardedWatchStarted(m.gr) }
+func (m *cacheMetrics) shardedWatchStopped() { upstream.RecordShardedWatchStopped(m.gr) }

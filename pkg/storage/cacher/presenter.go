@@ -80,10 +80,16 @@ func (f *objectFields) Has(name string) bool {
 
 // Get implements fields.Fields.
 func (f *objectFields) Get(name string) string {
-	if f.pr.trigger != "" && name == f.pr.trigger && f.o != nil {
-		// The trigger function and the attributes agree on it: the
-		// dispatcher already picks watchers by it.
-		return f.o.trigger
+	if f.o != nil {
+		switch {
+		case f.pr.trigger != "" && name == f.pr.trigger:
+			// The trigger function and the attributes agree on it: the
+			// dispatcher already picks watchers by it.
+			return f.o.trigger
+		case name == nameField:
+			// Every resource's attributes hold the object's name.
+			return f.o.name
+		}
 	}
 	return f.compute()[name]
 }

@@ -21,7 +21,7 @@ func TestShutdownWaitsForBookmarks(t *testing.T) {
 	s.register(d.dispatcher)
 	withBookmarks := storage.Everything
 	withBookmarks.AllowWatchBookmarks = true
-	w := d.watch(t, withBookmarks, 10, "")
+	w := d.watch(t, withBookmarks, 10)
 
 	begun := make(chan struct{})
 	go func() {
@@ -45,7 +45,7 @@ func TestShutdownWaitsForBookmarks(t *testing.T) {
 
 	later := newTestDispatcher(64)
 	later.put("b", nil, "n1")
-	lw := later.watch(t, withBookmarks, 10, "")
+	lw := later.watch(t, withBookmarks, 10)
 	s.register(later.dispatcher)
 	if got := receive(t, lw, 1); got[0].typ != watch.Bookmark {
 		t.Fatalf("a cache registered after Begin: got %v, want a bookmark", got)
@@ -61,7 +61,7 @@ func TestShutdownGivesUp(t *testing.T) {
 	s.register(d.dispatcher)
 	withBookmarks := storage.Everything
 	withBookmarks.AllowWatchBookmarks = true
-	d.watch(t, withBookmarks, 10, "")
+	d.watch(t, withBookmarks, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.Begin(ctx) // returns: the test would time out otherwise
@@ -83,13 +83,13 @@ func TestShutdownBookmarksEveryWatcher(t *testing.T) {
 	withBookmarks := storage.Everything
 	withBookmarks.AllowWatchBookmarks = true
 
-	ahead := newWatcher(d.dispatcher, "/pods/", true, withBookmarks, 10)
+	ahead := mustWatcher(t, d.dispatcher, "/pods/", true, withBookmarks, 10)
 	if _, err := d.register(ahead, false, false, false, d.rv+5); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ahead.Stop)
 	// A buffer of one: the catch-up from the first event blocks on it.
-	behind := newWatcher(d.dispatcher, "/pods/", true, withBookmarks, 1)
+	behind := mustWatcher(t, d.dispatcher, "/pods/", true, withBookmarks, 1)
 	if _, err := d.register(behind, false, false, false, 1); err != nil {
 		t.Fatal(err)
 	}

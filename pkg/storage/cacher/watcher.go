@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
@@ -40,16 +41,12 @@ type watcher struct {
 	// key and recursive select what the watch covers.
 	key       string
 	recursive bool
-	// pred filters objects by the labels and fields computed at ingest; nil
-	// selects everything. A pointer, so that a watch on everything does not
-	// carry an empty predicate's 136 bytes.
-	pred *storage.SelectionPredicate
+	// filter selects the objects the watch receives; nil selects everything.
+	filter *filter
+	// place is where the dispatcher's index files the watcher while synced.
+	place place
 	// bookmarks is whether the watch asked for bookmarks.
 	bookmarks bool
-	// trigger is the value the watcher's field selector pins
-	// Config.TriggerField to, if hasTrigger.
-	trigger    string
-	hasTrigger bool
 	// deadline is when the server ends the watch, in Unix nanoseconds; zero
 	// if never. A bookmark goes out shortly before it.
 	deadline int64
@@ -66,6 +63,8 @@ type watcher struct {
 	// onInitialized tells priority and fairness that the watcher's initial
 	// events are sent; the catch-up goroutine calls it. Nil if nobody listens.
 	onInitialized func()
+	// onEnd is called once when the watcher ends; nil if nobody listens.
+	onEnd func()
 
 	// The fields below are guarded by dispatcher.mu, except that cursor is
 	// owned by the catch-up goroutine while the state is catchingUp.
@@ -74,7 +73,13 @@ type watcher struct {
 	// cursor is the resourceVersion the watcher has passed: every event up
 	// to it was delivered or filtered out.
 	cursor uint64
-	// index is the watcher's position in its dispatcher list.
+	// sent is the newest resourceVersion the client holds: the last event or
+	// bookmark it was sent, or the resourceVersion it watched from. A
+	// periodic bookmark at sent would tell it nothing, and is not sent.
+	sent uint64
+	// set and index are the watcher's set in the index, while synced, and
+	// its position there.
+	set   *watcherSet
 	index int
 }
 
@@ -101,18 +106,23 @@ func (w *watcher) end() bool {
 		if unhook := w.unhookCtx.Load(); unhook != nil {
 			(*unhook)()
 		}
+		if w.onEnd != nil {
+			w.onEnd()
+		}
 	})
 	return ended
 }
 
-// newWatcher builds a watcher for a key and predicate.
-func newWatcher(d *dispatcher, key string, recursive bool, pred storage.SelectionPredicate, buffer int) *watcher {
-	w := &watcher{d: d, key: key, recursive: recursive, bookmarks: pred.AllowWatchBookmarks,
-		ch: make(chan watch.Event, buffer), done: make(chan struct{})}
-	if !pred.Empty() {
-		w.pred = &pred
+// newWatcher builds a watcher for a key and predicate. Its error is a 400
+// for a shard selector the cache cannot read.
+func newWatcher(d *dispatcher, key string, recursive bool, pred storage.SelectionPredicate, buffer int) (*watcher, error) {
+	f, err := newFilter(pred)
+	if err != nil {
+		return nil, err
 	}
-	return w
+	return &watcher{d: d, key: key, recursive: recursive, filter: f, bookmarks: pred.AllowWatchBookmarks,
+		place: placeFor(key, recursive, f, d.pres.trigger),
+		ch:    make(chan watch.Event, buffer), done: make(chan struct{})}, nil
 }
 
 // initialized reports that the initial events went out, or never will.
@@ -132,6 +142,9 @@ func (w *watcher) drained() bool {
 		return len(w.ch) == 0
 	}
 }
+
+// endsBy reports whether the watch's deadline is at or before t.
+func (w *watcher) endsBy(t time.Time) bool { return w.deadline != 0 && w.deadline <= t.UnixNano() }
 
 // covers reports whether the watch covers key.
 func (w *watcher) covers(key string) bool { return inScope(w.key, w.recursive, key) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,6 +55,9 @@ func testReplicaLoss(t *testing.T, lose func(*balancer, int), wantSyncs int32) {
 	defer cancel()
 
 	var syncs atomic.Int32
+	// trace says what the reflector did, so that a failure says why it
+	// synced again: the call that failed, or the watch that ended before it.
+	trace := &callTrace{start: time.Now()}
 	inf := cache.NewSharedIndexInformer(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			// KUBE_WATCHLIST_INCONSISTENCY_DETECTOR's check after a
@@ -61,13 +65,27 @@ func testReplicaLoss(t *testing.T, lose func(*balancer, int), wantSyncs int32) {
 			if opts.ResourceVersionMatch != metav1.ResourceVersionMatchExact {
 				syncs.Add(1)
 			}
-			return client.List(ctx, opts)
+			list, err := client.List(ctx, opts)
+			trace.add("list rv=%q match=%q: err=%v", opts.ResourceVersion, opts.ResourceVersionMatch, err)
+			return list, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
 				syncs.Add(1)
 			}
-			return client.Watch(ctx, opts)
+			w, err := client.Watch(ctx, opts)
+			n := trace.add("watch rv=%q sendInitialEvents=%v: err=%v", opts.ResourceVersion, opts.SendInitialEvents != nil, err)
+			if err != nil {
+				return nil, err
+			}
+			return watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+				if ev.Type == watch.Error {
+					trace.add("watch %d: error event %v", n, ev.Object)
+				} else {
+					trace.add("watch %d: %s", n, ev.Type)
+				}
+				return ev, true
+			}), nil
 		},
 	}, &v1beta1.Assignment{}, 0, cache.Indexers{})
 	go inf.RunWithContext(ctx)
@@ -127,7 +145,7 @@ func testReplicaLoss(t *testing.T, lose func(*balancer, int), wantSyncs int32) {
 		t.Fatalf("the informer holds %d of 6 objects after the replica was lost", len(inf.GetStore().List()))
 	}
 	if n := syncs.Load(); n != wantSyncs {
-		t.Errorf("the informer synced %d times, want %d", n, wantSyncs)
+		t.Errorf("the informer synced %d times, want %d; what it did:\n%s", n, wantSyncs, trace)
 	}
 
 	// kubectl either goes on printing the new objects (its watch went to
@@ -152,4 +170,27 @@ func testReplicaLoss(t *testing.T, lose func(*balancer, int), wantSyncs int32) {
 		}
 	}
 	mustContain(t, k.run(t, "get", "asg", "-n", ns), "before", "after-4")
+}
+
+// callTrace is a numbered log of a reflector's calls and events, each with
+// the time since start.
+type callTrace struct {
+	start time.Time
+	// mu guards lines.
+	mu    sync.Mutex
+	lines []string
+}
+
+// add logs a line and returns its number.
+func (c *callTrace) add(format string, args ...any) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lines = append(c.lines, fmt.Sprintf("%d %6.3fs ", len(c.lines), time.Since(c.start).Seconds())+fmt.Sprintf(format, args...))
+	return len(c.lines) - 1
+}
+
+func (c *callTrace) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return strings.Join(c.lines, "\n")
 }

@@ -5,7 +5,11 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -o /cached-apiserver ./cmd/cached-apiserver
+# VERSION is what --version prints, set as make build sets it:
+#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) .
+ARG VERSION=dev
+RUN CGO_ENABLED=0 go build -ldflags "-X github.com/cached-apiserver/cached-apiserver/pkg/version.Version=${VERSION}" \
+    -o /cached-apiserver ./cmd/cached-apiserver
 
 FROM gcr.io/distroless/static:nonroot
 COPY --from=build /cached-apiserver /cached-apiserver

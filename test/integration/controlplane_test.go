@@ -140,7 +140,8 @@ func testControlPlaneRBAC(t *testing.T, cp *controlPlane) {
 		{"editor", "create", "yes"},
 		{"nobody", "list", "no"},
 	} {
-		k := kubectl{bin: newKubectl(t, cp.Front).bin, kubeconfig: cp.userKubeconfig(t, tc.user)}
+		k := newKubectl(t, cp.Front)
+		k.kubeconfig = cp.userKubeconfig(t, tc.user)
 		out, _ := k.tryRun("auth", "can-i", tc.verb, "assignments.fleet.example.com", "-n", "tenant")
 		if got := strings.TrimSpace(out); got != tc.want {
 			t.Errorf("kubectl auth can-i %s assignments as %s: %q, want %q", tc.verb, tc.user, got, tc.want)
@@ -565,7 +566,7 @@ func delegatedRequests(t *testing.T, name string) float64 {
 // tryRun runs kubectl and returns its output and error, for commands whose
 // exit code is part of the answer.
 func (k kubectl) tryRun(args ...string) (string, error) {
-	out, err := exec.Command(k.bin, append([]string{"--kubeconfig", k.kubeconfig}, args...)...).Output()
+	out, err := k.command(context.Background(), args...).Output()
 	return string(out), err
 }
 

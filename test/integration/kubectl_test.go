@@ -17,11 +17,19 @@ import (
 // kubectl runs bin/kubectl, built from k8s.io/kubectl by hack/build-kubectl.sh.
 type kubectl struct {
 	bin, kubeconfig string
+	// cacheDir is kubectl's discovery and HTTP cache, in the test's
+	// temporary directory: without it kubectl writes to $HOME/.kube/cache.
+	cacheDir string
 }
 
 func newKubectl(t *testing.T, s *testServer) kubectl {
 	t.Helper()
-	return kubectl{bin: buildTool(t, "build-kubectl.sh", "kubectl"), kubeconfig: s.Kubeconfig}
+	return kubectl{bin: buildTool(t, "build-kubectl.sh", "kubectl"), kubeconfig: s.Kubeconfig, cacheDir: t.TempDir()}
+}
+
+// command is a kubectl command line with args.
+func (k kubectl) command(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, k.bin, append([]string{"--kubeconfig", k.kubeconfig, "--cache-dir", k.cacheDir}, args...)...)
 }
 
 // toolBuild is one hack/ build script's run.
@@ -59,7 +67,7 @@ func buildTool(t *testing.T, script, name string) string {
 
 func (k kubectl) run(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(k.bin, append([]string{"--kubeconfig", k.kubeconfig}, args...)...)
+	cmd := k.command(context.Background(), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -99,6 +107,23 @@ func testKubectl(t *testing.T, s *testServer) {
 		out := k.run(t, "api-resources", "--api-group=fleet.example.com")
 		mustContain(t, out, "assignments", "asg", "fleet.example.com/v1beta1", "true", "Assignment",
 			"agents", "agt", "false", "Agent")
+	})
+
+	t.Run("writes nothing to HOME", func(t *testing.T) {
+		// make test must leave the developer's $HOME alone: kubectl's
+		// discovery cache goes to the test's --cache-dir.
+		home := t.TempDir()
+		cmd := k.command(context.Background(), "get", "asg", "-A")
+		cmd.Env = append(os.Environ(), "HOME="+home)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("kubectl get: %v\n%s", err, out)
+		}
+		if entries, _ := os.ReadDir(home); len(entries) > 0 {
+			t.Errorf("kubectl wrote %v into HOME", entries)
+		}
+		if entries, _ := os.ReadDir(k.cacheDir); len(entries) == 0 {
+			t.Errorf("kubectl's --cache-dir %s is empty: its cache went somewhere else", k.cacheDir)
+		}
 	})
 
 	mustContain(t, k.run(t, "create", "-f", examples),
@@ -151,7 +176,7 @@ status:
 	t.Run("get --watch --output-watch-events", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, k.bin, "--kubeconfig", k.kubeconfig, "get", "asg", "-n", "watched", "--watch", "--output-watch-events")
+		cmd := k.command(ctx, "get", "asg", "-n", "watched", "--watch", "--output-watch-events")
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,7 +93,7 @@ func testReplicaLoss(t *testing.T, lose func(*balancer, int), wantSyncs int32) {
 	}
 
 	k := newKubectl(t, s)
-	cmd := exec.CommandContext(ctx, k.bin, "--kubeconfig", k.kubeconfig, "get", "asg", "-n", ns, "--watch", "--output-watch-events")
+	cmd := k.command(ctx, "get", "asg", "-n", ns, "--watch", "--output-watch-events")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

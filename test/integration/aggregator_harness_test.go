@@ -236,20 +236,28 @@ func startAggregatedReplicas(t *testing.T, n int, flags ...string) (*aggregatedS
 		FrontProxyCA: frontProxyCA, ServingCA: servingCA(t, manifests), replicas: replicas}, lb
 }
 
-// renderManifests runs the same renderer hack/render-manifests.sh runs.
+// renderManifests runs the same renderer hack/render-manifests.sh runs
+// and returns the directory of the base variant, one object per file
+// beside its kustomization.yaml; the ha variant is beside it.
 func renderManifests(t *testing.T, out string) string {
+	t.Helper()
+	return renderManifestsIn(t, out, deployNamespace)
+}
+
+// renderManifestsIn is renderManifests for a namespace of the caller's.
+func renderManifestsIn(t *testing.T, out, namespace string) string {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("go", "run", "./hack/tools/render-manifests",
-		"-in", "artifacts/deploy", "-out", out, "-namespace", deployNamespace)
+		"-in", "artifacts/deploy", "-out", out, "-namespace", namespace)
 	cmd.Dir = root
 	if output, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("render-manifests: %v\n%s", err, output)
 	}
-	return out
+	return filepath.Join(out, "base")
 }
 
 // deploymentArgs returns the rendered Deployment's container arguments,

@@ -194,6 +194,9 @@ func startControlPlane(t *testing.T, namespaces ...string) *controlPlane {
 	k := newKubectl(t, cp.Front)
 	var apiservices []string
 	for _, f := range mustGlob(t, filepath.Join(manifests, "*.yaml")) {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
 		if strings.HasPrefix(filepath.Base(f), "apiservice-") {
 			apiservices = append(apiservices, f)
 			continue

@@ -50,6 +50,7 @@ func TestControlPlane(t *testing.T) {
 	t.Run("priority and fairness", func(t *testing.T) { testPriorityAndFairness(t, cp) })
 	t.Run("kubectl", func(t *testing.T) { testKubectl(t, cp.Front) })
 	t.Run("informer across a restart", func(t *testing.T) { testInformerAcrossRestart(t, cp) })
+	t.Run("kustomize variants", func(t *testing.T) { testDeployVariants(t, cp) })
 }
 
 // bind binds the rendered ClusterRole role to users in namespace.

@@ -1,13 +1,18 @@
 // Command render-manifests renders artifacts/deploy for a cluster: it
 // generates a CA and a serving certificate for the in-cluster Service,
 // puts the certificate in the Secret and the CA in both APIServices'
-// caBundle, and writes one file per object to -out.
+// caBundle, generates the ha variant's etcd CA with its members' server
+// and peer certificates and our server's client certificate, and writes
+// the kustomizations (base/ and ha/) with every variable filled in to
+// -out, for kubectl apply -k.
 package main
 
 import (
+	"crypto/x509"
 	"encoding/base64"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,15 +58,21 @@ func render(in, out, namespace, image string) error {
 		"TLS_CRT":   b64(pki.EncodeCert(cert)),
 		"TLS_KEY":   b64(keyPEM),
 	}
-	templates, err := filepath.Glob(filepath.Join(in, "*.yaml"))
+	if err := etcdCertificates(namespace, values); err != nil {
+		return err
+	}
+	var templates []string
+	err = filepath.WalkDir(in, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") {
+			templates = append(templates, path)
+		}
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	if len(templates) == 0 {
 		return fmt.Errorf("no templates in %s", in)
-	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
 	}
 	for _, path := range templates {
 		data, err := os.ReadFile(path)
@@ -79,9 +90,57 @@ func render(in, out, namespace, image string) error {
 		if len(missing) > 0 {
 			return fmt.Errorf("%s uses unknown variables %s", path, strings.Join(missing, ", "))
 		}
-		if err := os.WriteFile(filepath.Join(out, filepath.Base(path)), []byte(rendered), 0o600); err != nil {
+		rel, err := filepath.Rel(in, path)
+		if err != nil {
 			return err
 		}
+		dst := filepath.Join(out, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, []byte(rendered), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// etcdMembers is the ha variant's etcd StatefulSet's size.
+const etcdMembers = 3
+
+// etcdCertificates adds the ha variant's etcd certificates to values, in
+// base64: a CA of their own, a server and a peer certificate valid for
+// every member's name, and a client certificate for our server.
+func etcdCertificates(namespace string, values map[string]string) error {
+	ca, err := pki.NewCA("cached-apiserver-etcd-ca")
+	if err != nil {
+		return err
+	}
+	service := "etcd." + namespace + ".svc"
+	hosts := []string{service, service + ".cluster.local", "localhost"}
+	for i := range etcdMembers {
+		member := fmt.Sprintf("etcd-%d.%s", i, service)
+		hosts = append(hosts, member, member+".cluster.local")
+	}
+	server := pki.Serving("etcd", hosts, []net.IP{net.IPv4(127, 0, 0, 1)})
+	peer := pki.Serving("etcd-peer", hosts, []net.IP{net.IPv4(127, 0, 0, 1)})
+	peer.ExtKeyUsage = append(peer.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+	values["ETCD_CA"] = base64.StdEncoding.EncodeToString(pki.EncodeCert(ca.Cert))
+	for prefix, tmpl := range map[string]*x509.Certificate{
+		"ETCD_SERVER": server,
+		"ETCD_PEER":   peer,
+		"ETCD_CLIENT": pki.Client("cached-apiserver"),
+	} {
+		cert, key, err := ca.Sign(tmpl)
+		if err != nil {
+			return err
+		}
+		keyPEM, err := pki.EncodeKey(key)
+		if err != nil {
+			return err
+		}
+		values[prefix+"_CRT"] = base64.StdEncoding.EncodeToString(pki.EncodeCert(cert))
+		values[prefix+"_KEY"] = base64.StdEncoding.EncodeToString(keyPEM)
 	}
 	return nil
 }

@@ -23,12 +23,15 @@ func TestRenderManifests(t *testing.T) {
 	if output, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("render-manifests.sh: %v\n%s", err, output)
 	}
-	files, err := filepath.Glob(filepath.Join(out, "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(out, "base", "*.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	objects := map[string]*unstructured.Unstructured{}
 	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
@@ -57,20 +60,7 @@ func TestRenderManifests(t *testing.T) {
 		}
 	}
 
-	secret := objects["Secret/fleet-test/cached-apiserver-serving-cert"]
-	crtB64, _, _ := unstructured.NestedString(secret.Object, "data", "tls.crt")
-	crtPEM, err := base64.StdEncoding.DecodeString(crtB64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	block, _ := pem.Decode(crtPEM)
-	if block == nil {
-		t.Fatal("tls.crt is not PEM")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cert := secretCert(t, objects["Secret/fleet-test/cached-apiserver-serving-cert"], "tls.crt")
 	for _, version := range []string{"v1beta1", "v1alpha1"} {
 		svc := objects["APIService//"+version+".fleet.example.com"]
 		if skip, _, _ := unstructured.NestedBool(svc.Object, "spec", "insecureSkipTLSVerify"); skip {
@@ -110,6 +100,72 @@ func TestRenderManifests(t *testing.T) {
 			t.Errorf("deployment args lack %s: %s", want, args)
 		}
 	}
+}
+
+// TestRenderEtcdCertificates renders the ha variant's etcd Secrets and
+// checks each certificate against etcd's CA: the server and peer
+// certificates for every member's name, the peer one for both ends of a
+// peer connection, and our server's for client authentication.
+func TestRenderEtcdCertificates(t *testing.T) {
+	out := t.TempDir()
+	if err := render("../../../artifacts/deploy", out, "fleet-test", "example.com/cached-apiserver:v1"); err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) *unstructured.Unstructured {
+		data, err := os.ReadFile(filepath.Join(out, "ha", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(data, &u.Object); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return u
+	}
+	certs, client := read("secret-etcd-certs.yaml"), read("secret-etcd-client.yaml")
+	pool := x509.NewCertPool()
+	pool.AddCert(secretCert(t, certs, "ca.crt"))
+	if !secretCert(t, client, "ca.crt").Equal(secretCert(t, certs, "ca.crt")) {
+		t.Error("the client Secret's CA is not etcd's")
+	}
+	for _, tc := range []struct {
+		file   string
+		cert   *x509.Certificate
+		usages []x509.ExtKeyUsage
+		hosts  []string
+	}{
+		{"server.crt", secretCert(t, certs, "server.crt"), []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			[]string{"etcd-0.etcd.fleet-test.svc", "etcd-2.etcd.fleet-test.svc.cluster.local", "localhost"}},
+		{"peer.crt as a server", secretCert(t, certs, "peer.crt"), []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			[]string{"etcd-1.etcd.fleet-test.svc"}},
+		{"peer.crt as a client", secretCert(t, certs, "peer.crt"), []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, []string{""}},
+		{"client tls.crt", secretCert(t, client, "tls.crt"), []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, []string{""}},
+	} {
+		for _, host := range tc.hosts {
+			if _, err := tc.cert.Verify(x509.VerifyOptions{Roots: pool, DNSName: host, KeyUsages: tc.usages}); err != nil {
+				t.Errorf("%s for %q: %v", tc.file, host, err)
+			}
+		}
+	}
+}
+
+// secretCert parses the PEM certificate in a rendered Secret's data[key].
+func secretCert(t *testing.T, secret *unstructured.Unstructured, key string) *x509.Certificate {
+	t.Helper()
+	b64, _, _ := unstructured.NestedString(secret.Object, "data", key)
+	data, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("%s of %s is not PEM", key, secret.GetName())
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
 }
 
 func toStrings(v any) []string {

@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-integration test-faults chaos generate verify bench bench-store bench-http bench-agents bench-scale bench-watchlist-writes clean
+.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-integration test-faults test-examples chaos generate verify bench bench-store bench-http bench-agents bench-scale bench-watchlist-writes clean
 
 all: build
 
@@ -36,7 +36,7 @@ kube-apiserver:
 ## the short fault suite: leader loss against our server and the upstream-wired
 ## one, a 15 s blackhole against ours, and one injected cache bug the harness
 ## must catch (about 2 minutes).
-test: test-unit test-race test-integration test-faults
+test: test-unit test-race test-integration test-faults test-examples
 
 test-unit:
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/integration -e /test/faults -e /pkg/storage/cacher)
@@ -51,6 +51,11 @@ test-integration: kube-apiserver
 
 test-faults:
 	$(GO) test $(TEST_FLAGS) ./test/faults/...
+
+# examples/ are modules of their own (their dependencies are never the
+# server's); each test runs through our cache.
+test-examples:
+	cd examples/sample-apiserver && $(GO) test $(TEST_FLAGS) ./...
 
 ## chaos: every fault scenario against our server and the upstream-wired one,
 ## and every injected cache bug, CHAOS_COUNT times (about 6 minutes a time);
@@ -126,6 +131,7 @@ verify:
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags faultinject ./pkg/storage/cacher/
+	cd examples/sample-apiserver && $(GO) vet ./...
 	hack/verify-codegen.sh
 
 clean:

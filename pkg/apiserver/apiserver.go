@@ -13,6 +13,7 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
 	"github.com/cached-apiserver/cached-apiserver/pkg/registry/fleet/agent"
 	"github.com/cached-apiserver/cached-apiserver/pkg/registry/fleet/assignment"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
 )
 
 // ExtraConfig is what the fleet server needs beyond the generic config.
@@ -58,7 +59,7 @@ func (c completedConfig) New() (*Server, error) {
 	}
 	s := &Server{GenericAPIServer: genericServer}
 
-	optsGetter := withDecorator{delegate: c.GenericConfig.RESTOptionsGetter, decorator: c.ExtraConfig.StorageDecorator}
+	optsGetter := cacher.WithStorageDecorator(c.GenericConfig.RESTOptionsGetter, c.ExtraConfig.StorageDecorator)
 	assignments, err := assignment.NewStorage(Scheme, optsGetter)
 	if err != nil {
 		return nil, fmt.Errorf("assignment storage: %w", err)

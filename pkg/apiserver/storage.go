@@ -111,19 +111,3 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 		return decorate(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrsFunc, triggers, indexers)
 	}
 }
-
-// withDecorator overrides the decorator of every RESTOptions it hands out.
-type withDecorator struct {
-	delegate  generic.RESTOptionsGetter
-	decorator generic.StorageDecorator
-}
-
-// GetRESTOptions implements generic.RESTOptionsGetter.
-func (g withDecorator) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
-	opts, err := g.delegate.GetRESTOptions(resource, example)
-	if err != nil {
-		return opts, err
-	}
-	opts.Decorator = g.decorator
-	return opts, nil
-}

@@ -105,6 +105,7 @@ func (c *Cacher) Stop() {
 func (c *Cacher) tick(ctx context.Context) {
 	bookmarks := c.cfg.Clock.NewTicker(bookmarkTick)
 	defer bookmarks.Stop()
+	defer c.d.metrics.releaseGauges()
 	var progress <-chan time.Time
 	if c.cfg.PeriodicProgressRequests {
 		t := c.cfg.Clock.NewTicker(c.cfg.ProgressRequestInterval)

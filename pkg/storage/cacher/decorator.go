@@ -18,14 +18,12 @@ import (
 )
 
 // StorageDecorator returns a generic.StorageDecorator that wraps each
-// resource's etcd3 storage in a Cacher. base carries the tunables; the
-// resource-specific fields are filled from what the registry passes, and a
-// KeyReader for the consistency check unless base turns the check off.
-//
-//	store.CompleteWithOptions(&generic.StoreOptions{
-//		RESTOptions: restOptionsWithDecorator(cacher.StorageDecorator(cacher.Config{})),
-//		...
-//	})
+// resource's etcd3 storage in a Cacher: the entry point for any generic
+// apiserver. base carries the tunables (a zero Config takes every
+// default); the resource-specific fields are filled from what the registry
+// passes, and a KeyReader for the consistency check unless base turns the
+// check off. WithStorageDecorator puts it in a server's RESTOptionsGetter;
+// examples/sample-apiserver serves the wardle API that way.
 func StorageDecorator(base Config) generic.StorageDecorator {
 	return func(
 		config *storagebackend.ConfigForResource,

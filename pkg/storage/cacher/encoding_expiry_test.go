@@ -137,7 +137,7 @@ func TestEncodedObjectsGauge(t *testing.T) {
 		t.Helper()
 		var got float64
 		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
-			got, _ = testutil.GetGaugeMetricValue(c.d.metrics.encoded)
+			got, _ = testutil.GetGaugeMetricValue(c.d.metrics.encoded.g)
 			return got == want, nil
 		}); err != nil {
 			t.Fatalf("encoded objects: %v, want %v", got, want)

@@ -130,14 +130,15 @@ type cacheMetrics struct {
 	readWait         compbasemetrics.ObserverMetric
 	parked           compbasemetrics.CounterMetric
 	lag              compbasemetrics.ObserverMetric
-	synced, lagging  compbasemetrics.GaugeMetric
-	snapshots        compbasemetrics.GaugeMetric
-	history          compbasemetrics.GaugeMetric
-	historyBytes     compbasemetrics.GaugeMetric
-	evicted          compbasemetrics.CounterMetric
-	capacity         compbasemetrics.GaugeMetric
-	encoded          compbasemetrics.GaugeMetric
-	watchGap         compbasemetrics.ObserverMetric
+	// The gauges a cache sets are shares: see gaugeShare.
+	synced, lagging *gaugeShare
+	snapshots       *gaugeShare
+	history         *gaugeShare
+	historyBytes    *gaugeShare
+	evicted         compbasemetrics.CounterMetric
+	capacity        *gaugeShare
+	encoded         *gaugeShare
+	watchGap        compbasemetrics.ObserverMetric
 	// dispatch observes upstream's dispatch latency histogram's stages.
 	dispatch *upstream.WatcherMetricsObservers
 }
@@ -160,16 +161,38 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 		readWait:         upstream.WatchCacheReadWait.WithLabelValues(g, r),
 		parked:           parkedCounter.WithLabelValues(g, r),
 		lag:              catchUpLagEvents.WithLabelValues(g, r),
-		synced:           watchersGauge.WithLabelValues(g, r, "synced"),
-		lagging:          watchersGauge.WithLabelValues(g, r, "catching_up"),
-		snapshots:        snapshotsGauge.WithLabelValues(g, r),
-		history:          historyEventsGauge.WithLabelValues(g, r),
-		historyBytes:     historyBytesGauge.WithLabelValues(g, r),
+		synced:           &gaugeShare{g: watchersGauge.WithLabelValues(g, r, "synced")},
+		lagging:          &gaugeShare{g: watchersGauge.WithLabelValues(g, r, "catching_up")},
+		snapshots:        &gaugeShare{g: snapshotsGauge.WithLabelValues(g, r)},
+		history:          &gaugeShare{g: historyEventsGauge.WithLabelValues(g, r)},
+		historyBytes:     &gaugeShare{g: historyBytesGauge.WithLabelValues(g, r)},
 		evicted:          historyEvictedCounter.WithLabelValues(g, r),
-		capacity:         upstream.WatchCacheCapacity.WithLabelValues(g, r),
-		encoded:          encodedObjectsGauge.WithLabelValues(g, r),
+		capacity:         &gaugeShare{g: upstream.WatchCacheCapacity.WithLabelValues(g, r)},
+		encoded:          &gaugeShare{g: encodedObjectsGauge.WithLabelValues(g, r)},
 		watchGap:         etcdWatchGap.WithLabelValues(g, r),
 		dispatch:         upstream.NewWatcherMetricsObservers(gr),
+	}
+}
+
+// gaugeShare is one cache's part of a gauge. A server may serve one
+// resource from several storages, each with its own cache (sample-apiserver
+// has one per version), and their gauges have the same labels: each cache
+// adds what its value moved, so the gauge is their sum instead of whichever
+// set it last. Only the cache's tick goroutine sets it.
+type gaugeShare struct {
+	g    compbasemetrics.GaugeMetric
+	last float64
+}
+
+func (s *gaugeShare) Set(v float64) {
+	s.g.Add(v - s.last)
+	s.last = v
+}
+
+// releaseGauges takes a stopped cache's shares out of the gauges.
+func (m *cacheMetrics) releaseGauges() {
+	for _, s := range []*gaugeShare{m.synced, m.lagging, m.snapshots, m.history, m.historyBytes, m.capacity, m.encoded} {
+		s.Set(0)
 	}
 }
 

@@ -1,0 +1,38 @@
+package cacher
+
+import (
+	"testing"
+
+	compbasemetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+)
+
+// TestGaugeSharesAdd checks that two caches of one resource, as a server
+// with a storage per version has, report the sum of their values under
+// the gauge's one set of labels, and that a stopped cache takes its part
+// out. Set on the gauge itself would report whichever cache set it last.
+func TestGaugeSharesAdd(t *testing.T) {
+	vec := compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{Name: "test_gauge_shares"}, []string{"resource"})
+	compbasemetrics.NewKubeRegistry().MustRegister(vec)
+	a := &gaugeShare{g: vec.WithLabelValues("flunders")}
+	b := &gaugeShare{g: vec.WithLabelValues("flunders")}
+	for _, step := range []struct {
+		name string
+		do   func()
+		want float64
+	}{
+		{"a has 100", func() { a.Set(100) }, 100},
+		{"b has none", func() { b.Set(0) }, 100},
+		{"b has 3", func() { b.Set(3) }, 103},
+		{"a drops to 40", func() { a.Set(40) }, 43},
+		{"a stops", func() { (&cacheMetrics{synced: a, lagging: &gaugeShare{g: vec.WithLabelValues("x")},
+			snapshots: &gaugeShare{g: vec.WithLabelValues("x")}, history: &gaugeShare{g: vec.WithLabelValues("x")},
+			historyBytes: &gaugeShare{g: vec.WithLabelValues("x")}, capacity: &gaugeShare{g: vec.WithLabelValues("x")},
+			encoded: &gaugeShare{g: vec.WithLabelValues("x")}}).releaseGauges() }, 3},
+	} {
+		step.do()
+		if got, _ := testutil.GetGaugeMetricValue(vec.WithLabelValues("flunders")); got != step.want {
+			t.Fatalf("%s: the gauge reads %v, want %v", step.name, got, step.want)
+		}
+	}
+}

@@ -52,10 +52,11 @@ test-integration: kube-apiserver
 test-faults:
 	$(GO) test $(TEST_FLAGS) ./test/faults/...
 
-# examples/ are modules of their own (their dependencies are never the
-# server's); each test runs through our cache.
+# examples/ and hack/promql are modules of their own (their dependencies
+# are never the server's); the example's test runs through our cache.
 test-examples:
 	cd examples/sample-apiserver && $(GO) test $(TEST_FLAGS) ./...
+	cd hack/promql && $(GO) test $(TEST_FLAGS) ./...
 
 ## chaos: every fault scenario against our server and the upstream-wired one,
 ## and every injected cache bug, CHAOS_COUNT times (about 6 minutes a time);
@@ -132,6 +133,7 @@ verify:
 	$(GO) vet ./...
 	$(GO) vet -tags faultinject ./pkg/storage/cacher/
 	cd examples/sample-apiserver && $(GO) vet ./...
+	cd hack/promql && $(GO) vet ./...
 	hack/verify-codegen.sh
 
 clean:

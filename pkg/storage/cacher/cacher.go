@@ -67,6 +67,8 @@ func New(cfg Config) (*Cacher, error) {
 	c := &Cacher{cfg: cfg, metrics: newCacheMetrics(cfg.GroupResource), ready: newReadiness(), done: make(chan struct{}),
 		relistRequests: make(chan string, 1), etcdAnswered: make(chan struct{}, 1)}
 	c.outage.cache = c
+	c.ready.unready = c.metrics.unready
+	c.metrics.unready.Set(1)
 	c.intern = newInterner(defaultInternBudget)
 	c.store = newStore(c.indexFuncs())
 	c.pres = &presenter{attrs: cfg.GetAttrsFunc, trigger: cfg.TriggerField}

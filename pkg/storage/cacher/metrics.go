@@ -97,7 +97,15 @@ var (
 		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "etcd_watch_gap_seconds",
 		Help: "Time without a working etcd watch: from the watch failing until a new one delivered an event or " +
 			"a progress notification. The sum is the total time events could not flow.",
-		Buckets:        compbasemetrics.ExponentialBuckets(0.05, 2, 14),
+		// 10 s is a bucket's bound: the alert on gaps longer than that
+		// (artifacts/monitoring) reads it.
+		Buckets:        []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"group", "resource"})
+	unreadyGauge = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
+		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "unready",
+		Help: "Caches of the resource that cannot serve: initializing, or listing etcd again. Reads they would " +
+			"serve get 429 meanwhile (or go to etcd with --watch-cache-consistent-read-fallback).",
 		StabilityLevel: compbasemetrics.ALPHA,
 	}, []string{"group", "resource"})
 
@@ -110,7 +118,7 @@ func registerMetrics() {
 		// here too makes them work for a cache used without one, as in tests.
 		upstream.Register()
 		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
-			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, initialEventsPaused, listsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap)
+			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, initialEventsPaused, listsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap, unreadyGauge)
 	})
 }
 
@@ -138,6 +146,7 @@ type cacheMetrics struct {
 	evicted         compbasemetrics.CounterMetric
 	capacity        *gaugeShare
 	encoded         *gaugeShare
+	unready         *gaugeShare
 	watchGap        compbasemetrics.ObserverMetric
 	// dispatch observes upstream's dispatch latency histogram's stages.
 	dispatch *upstream.WatcherMetricsObservers
@@ -146,6 +155,18 @@ type cacheMetrics struct {
 func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 	registerMetrics()
 	g, r := gr.Group, gr.Resource
+	// Every label set of the counters alerts read exists from the start, at
+	// 0: Prometheus' increase() sees no increase in a series that appears
+	// at 1, so an alert on the first relist would never fire.
+	for _, reason := range []string{endClosed, endSilent, endNoLeader, endUnavailable} {
+		etcdWatchRestarts.WithLabelValues(g, r, reason)
+	}
+	for _, reason := range []string{endCompacted, endUnreadable, endInconsistent, endUnavailable} {
+		relistsCounter.WithLabelValues(g, r, reason)
+	}
+	for _, status := range []string{checkSuccess, checkFailure, checkError} {
+		upstream.StorageConsistencyCheckTotal.WithLabelValues(g, r, status)
+	}
 	return &cacheMetrics{
 		gr:               gr,
 		eventsReceived:   upstream.EventsReceivedCounter.WithLabelValues(g, r),
@@ -169,6 +190,7 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 		evicted:          historyEvictedCounter.WithLabelValues(g, r),
 		capacity:         &gaugeShare{g: upstream.WatchCacheCapacity.WithLabelValues(g, r)},
 		encoded:          &gaugeShare{g: encodedObjectsGauge.WithLabelValues(g, r)},
+		unready:          &gaugeShare{g: unreadyGauge.WithLabelValues(g, r)},
 		watchGap:         etcdWatchGap.WithLabelValues(g, r),
 		dispatch:         upstream.NewWatcherMetricsObservers(gr),
 	}
@@ -189,7 +211,8 @@ func (s *gaugeShare) Set(v float64) {
 	s.last = v
 }
 
-// releaseGauges takes a stopped cache's shares out of the gauges.
+// releaseGauges takes a stopped cache's shares out of the gauges; unready
+// is its readiness', which stopping sets to 0.
 func (m *cacheMetrics) releaseGauges() {
 	for _, s := range []*gaugeShare{m.synced, m.lagging, m.snapshots, m.history, m.historyBytes, m.capacity, m.encoded} {
 		s.Set(0)

@@ -25,14 +25,42 @@ func TestGaugeSharesAdd(t *testing.T) {
 		{"b has none", func() { b.Set(0) }, 100},
 		{"b has 3", func() { b.Set(3) }, 103},
 		{"a drops to 40", func() { a.Set(40) }, 43},
-		{"a stops", func() { (&cacheMetrics{synced: a, lagging: &gaugeShare{g: vec.WithLabelValues("x")},
-			snapshots: &gaugeShare{g: vec.WithLabelValues("x")}, history: &gaugeShare{g: vec.WithLabelValues("x")},
-			historyBytes: &gaugeShare{g: vec.WithLabelValues("x")}, capacity: &gaugeShare{g: vec.WithLabelValues("x")},
-			encoded: &gaugeShare{g: vec.WithLabelValues("x")}}).releaseGauges() }, 3},
+		{"a stops", func() {
+			(&cacheMetrics{synced: a, lagging: &gaugeShare{g: vec.WithLabelValues("x")},
+				snapshots: &gaugeShare{g: vec.WithLabelValues("x")}, history: &gaugeShare{g: vec.WithLabelValues("x")},
+				historyBytes: &gaugeShare{g: vec.WithLabelValues("x")}, capacity: &gaugeShare{g: vec.WithLabelValues("x")},
+				encoded: &gaugeShare{g: vec.WithLabelValues("x")}}).releaseGauges()
+		}, 3},
 	} {
 		step.do()
 		if got, _ := testutil.GetGaugeMetricValue(vec.WithLabelValues("flunders")); got != step.want {
 			t.Fatalf("%s: the gauge reads %v, want %v", step.name, got, step.want)
+		}
+	}
+}
+
+// TestUnreadyFollowsReadiness checks the unready gauge through a cache's
+// life: initializing, ready, re-listing, stopped; stopped is final.
+func TestUnreadyFollowsReadiness(t *testing.T) {
+	vec := compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{Name: "test_unready"}, []string{"resource"})
+	compbasemetrics.NewKubeRegistry().MustRegister(vec)
+	r := newReadiness()
+	r.unready = &gaugeShare{g: vec.WithLabelValues("flunders")}
+	r.unready.Set(1) // as New does: a new cache is initializing
+	for _, step := range []struct {
+		to   readyState
+		want float64
+	}{
+		{ready, 0},
+		{pending, 1},
+		{ready, 0},
+		{pending, 1},
+		{stoppedState, 0},
+		{pending, 0},
+	} {
+		r.set(step.to)
+		if got, _ := testutil.GetGaugeMetricValue(vec.WithLabelValues("flunders")); got != step.want {
+			t.Fatalf("after set(%d): unready reads %v, want %v", step.to, got, step.want)
 		}
 	}
 }

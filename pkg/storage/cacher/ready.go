@@ -30,10 +30,12 @@ const (
 // readiness tracks readyState and lets callers wait for a change by
 // receiving from a channel.
 type readiness struct {
-	// mu guards state and changed.
+	// mu guards state and changed, and serializes unready.
 	mu      sync.Mutex
 	state   readyState
 	changed chan struct{}
+	// unready, if set, is 1 while the state is pending, else 0.
+	unready *gaugeShare
 }
 
 func newReadiness() *readiness { return &readiness{changed: make(chan struct{})} }
@@ -45,6 +47,13 @@ func (r *readiness) set(s readyState) {
 		return
 	}
 	r.state = s
+	if r.unready != nil {
+		if s == pending {
+			r.unready.Set(1)
+		} else {
+			r.unready.Set(0)
+		}
+	}
 	close(r.changed)
 	r.changed = make(chan struct{})
 }

@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-integration test-faults test-examples chaos generate verify bench bench-store bench-http bench-agents bench-scale bench-watchlist-writes clean
+.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-integration test-faults test-examples fuzz chaos generate verify bench bench-store bench-http bench-agents bench-scale bench-watchlist-writes clean
 
 all: build
 
@@ -57,6 +57,13 @@ test-faults:
 test-examples:
 	cd examples/sample-apiserver && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/promql && $(GO) test $(TEST_FLAGS) ./...
+
+## fuzz: hostile reads (test/fuzz) against an in-process server, FUZZTIME per target (10m);
+## the seed corpus runs in make test. A crasher lands in test/fuzz/testdata/fuzz: commit it.
+FUZZTIME ?= 10m
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzReads$$' -fuzztime $(FUZZTIME) ./test/fuzz
+	$(GO) test -run '^$$' -fuzz '^FuzzContinue$$' -fuzztime $(FUZZTIME) ./test/fuzz
 
 ## chaos: every fault scenario against our server and the upstream-wired one,
 ## and every injected cache bug, CHAOS_COUNT times (about 6 minutes a time);

@@ -96,7 +96,8 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 }
 
 // validateListOptions checks what a list or watch names that upstream
-// would answer with a 500: the resourceVersion, and the shard selector
+// would answer with a 500: the resourceVersion, a negative timeoutSeconds,
+// and the shard selector
 // while the ShardedListAndWatch feature gate is on (off, the API ignores
 // it, as upstream does).
 func validateListOptions(options *metainternalversion.ListOptions) error {
@@ -105,6 +106,13 @@ func validateListOptions(options *metainternalversion.ListOptions) error {
 	}
 	if err := ValidateResourceVersion(options.ResourceVersion); err != nil {
 		return err
+	}
+	if options.TimeoutSeconds != nil && *options.TimeoutSeconds < 0 {
+		// Upstream starts the watch with a deadline already past, which a
+		// consistent watch-list answers with 500. A client asked for
+		// something that cannot mean anything; say so.
+		return apierrors.NewBadRequest(fmt.Sprintf("timeoutSeconds must be 0 (the server's default) or positive, not %d",
+			*options.TimeoutSeconds))
 	}
 	if options.ShardSelector != "" && utilfeature.DefaultFeatureGate.Enabled(features.ShardedListAndWatch) {
 		if _, err := sharding.Parse(options.ShardSelector); err != nil {

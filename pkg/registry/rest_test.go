@@ -155,3 +155,28 @@ func TestRESTRejectsBadShardSelectors(t *testing.T) {
 		})
 	}
 }
+
+// TestRESTRejectsNegativeTimeouts: a negative timeoutSeconds gets 400
+// from List and Watch (upstream's watch-list answered 500: its deadline
+// had passed before it began); 0 and positive ones pass.
+func TestRESTRejectsNegativeTimeouts(t *testing.T) {
+	items := assignments(1, 1)
+	rest := NewREST[fleet.Assignment](assignmentStore(&listStorage{objs: []runtime.Object{&items[0]}}))
+	for _, tc := range []struct {
+		seconds int64
+		want    bool
+	}{{-5, true}, {-1, true}, {0, false}, {30, false}} {
+		opts := &metainternalversion.ListOptions{TimeoutSeconds: &tc.seconds}
+		_, listErr := rest.List(context.Background(), opts)
+		if got := apierrors.IsBadRequest(listErr); got != tc.want {
+			t.Errorf("list, timeoutSeconds=%d: %v, want 400: %v", tc.seconds, listErr, tc.want)
+		}
+		if tc.want {
+			// The fake storage has no watch: only a refused one is safe to ask for.
+			_, watchErr := rest.Watch(context.Background(), opts)
+			if !apierrors.IsBadRequest(watchErr) || !strings.Contains(watchErr.Error(), "timeoutSeconds must be") {
+				t.Errorf("watch, timeoutSeconds=%d: %v, want 400 naming timeoutSeconds", tc.seconds, watchErr)
+			}
+		}
+	}
+}

@@ -140,7 +140,9 @@ func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recurs
 		err              error
 	)
 	if limit > 0 {
-		matched = make([]*object, 0, limit)
+		// The page holds at most what the snapshot holds: a client's limit
+		// is not an allocation size (limit=2^63-1 made the server panic).
+		matched = make([]*object, 0, min(limit, int64(snap.tree.Len())))
 	}
 	empty := f.empty()
 	snap.scan(key, recursive, fromKey, func(o *object) bool {

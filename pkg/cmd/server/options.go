@@ -151,6 +151,15 @@ func NewOptions(out io.Writer) *Options {
 	// shutdown, spread over the period; with upstream's default of 0 it
 	// leaves them open and shutdown waits out its 60 s timeout.
 	o.ServerRun.ShutdownWatchTerminationGracePeriod = defaultWatchTerminationGrace
+	// A client whose watch shutdown ended re-watches at once, often on the
+	// same connection to this server (the kube-aggregator keeps one). With
+	// upstream's default a request then gets 503, which client-go's
+	// reflector answers with a re-list; with this it gets 429 and
+	// Retry-After, which the reflector retries from its resourceVersion, and
+	// the listener stays open until requests in flight are done, then sends
+	// GOAWAY, so the retry goes to another replica
+	// (TestAggregatedReplicaLoss/stopped: its trace showed the 503).
+	o.ServerRun.ShutdownSendRetryAfter = true
 	return o
 }
 

@@ -71,6 +71,15 @@ func TestMain(m *testing.M) {
 // not ours to assert.
 func TestFaults(t *testing.T) {
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, true)
+	known := map[string]bool{}
+	for _, sc := range scenarios {
+		known[sc.name] = true
+	}
+	for name := range shortScenarios {
+		if !known[name] {
+			t.Fatalf("shortScenarios names %q, which is no scenario: make test would skip it", name)
+		}
+	}
 	for _, sc := range scenarios {
 		impls := []string{ours, upstream}
 		if !*chaos {
@@ -82,6 +91,9 @@ func TestFaults(t *testing.T) {
 			t.Run(sc.name+"/"+impl, func(t *testing.T) {
 				r := run(t, sc, impl, "")
 				record(r)
+				for _, h := range r.harnessErrors {
+					t.Errorf("harness: %s", h)
+				}
 				if impl == ours {
 					assertOurs(t, sc, r)
 				}
@@ -89,6 +101,9 @@ func TestFaults(t *testing.T) {
 		}
 	}
 }
+
+// readyBound is how soon after the heal our server's /readyz must answer 200.
+const readyBound = 10 * time.Second
 
 func assertOurs(t *testing.T, sc scenario, r *result) {
 	t.Helper()
@@ -106,6 +121,12 @@ func assertOurs(t *testing.T, sc scenario, r *result) {
 	}
 	if r.relists > 0 {
 		t.Errorf("clients re-listed %d times, want none", r.relists)
+	}
+	if r.writesStalled {
+		t.Errorf("writes did not resume within %v of the heal", resumeBound)
+	}
+	if r.readyAgain > readyBound {
+		t.Errorf("/readyz answered 200 %v after the heal, want within %v", r.readyAgain, readyBound)
 	}
 	if sc.serverGoes {
 		return
@@ -149,6 +170,9 @@ func TestInjectedFaultsAreCaught(t *testing.T) {
 		t.Run(tc.fault, func(t *testing.T) {
 			r := run(t, scenarioNamed("baseline"), ours, tc.fault)
 			record(r)
+			for _, h := range r.harnessErrors {
+				t.Errorf("harness: %s", h)
+			}
 			if tc.counter(r) == 0 {
 				t.Errorf("the harness did not catch an injected %s: %s", tc.fault, r.summary())
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -366,9 +367,11 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 	r.unready = <-readyzDone
 
 	atHeal := e.writer.succeeded()
+	r.readyAgain = e.readyAgain(ctx, healed)
 	e.sentinels(ctx, r, healed)
-	if err := e.waitWrites(ctx, atHeal+writesAfterHeal, 30*time.Second); err != nil {
-		r.notef("writes did not resume within 30 s of the heal")
+	if err := e.waitWrites(ctx, atHeal+writesAfterHeal, resumeBound); err != nil {
+		r.writesStalled = true
+		r.notef("writes did not resume within %v of the heal", resumeBound)
 	}
 	stopTraffic()
 	trafficWG.Wait()
@@ -517,24 +520,53 @@ func (e *env) validate(r *result) {
 	e.writer.mu.Unlock()
 }
 
+// resumeBound is how long after the heal /readyz may fail and writes may
+// not go through before the scenario fails.
+const resumeBound = 30 * time.Second
+
+// readyAgain returns how long after the heal the first server's /readyz
+// answered 200, or resumeBound+1s if it did not within resumeBound. A
+// server that is not running (a replica lost for good) is not asked.
+func (e *env) readyAgain(ctx context.Context, healed time.Time) time.Duration {
+	s := e.servers[0]
+	for time.Since(healed) <= resumeBound {
+		if !s.proc.running() {
+			return 0
+		}
+		if s.readyz(ctx) == http.StatusOK {
+			return time.Since(healed)
+		}
+		select {
+		case <-ctx.Done():
+			return resumeBound + time.Second
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return resumeBound + time.Second
+}
+
 // serverMetrics reads the servers' cache re-lists, re-watches and failed
 // consistency checks, summed over the replicas still running.
+//
+// A scrape that fails, or a metric that is missing, is a harness error,
+// which fails the scenario: read as 0 it would pass every assertion on it.
+// Upstream's cache serves no consistency-check or re-watch counts.
 func (e *env) serverMetrics(ctx context.Context, r *result) {
+	read := func(s *apiServer, name string, labels ...string) int {
+		v, err := s.metric(ctx, name, labels...)
+		if err != nil {
+			r.harnessErrors = append(r.harnessErrors, fmt.Sprintf("reading %s's metrics: %v", s.proc.name, err))
+		}
+		return int(v)
+	}
 	for _, s := range e.servers {
 		if !s.proc.running() {
 			continue
 		}
-		inits, err := s.metric(ctx, "apiserver_watch_cache_initializations_total", `resource="assignments"`)
-		if err != nil {
-			r.notef("reading %s's metrics: %v", s.proc.name, err)
-			continue
-		}
-		r.cacheRelists += max(int(inits)-1, 0)
-		failed, _ := s.metric(ctx, "apiserver_storage_consistency_checks_total", `resource="assignments"`, `status="failure"`)
-		r.checksFailed += int(failed)
+		r.cacheRelists += max(read(s, "apiserver_watch_cache_initializations_total", `resource="assignments"`)-1, 0)
 		if s.impl == ours {
-			rewatches, _ := s.metric(ctx, "cached_apiserver_watch_cache_etcd_watch_restarts_total", `resource="assignments"`)
-			r.cacheRewatches += int(rewatches)
+			r.checksFailed += read(s, "apiserver_storage_consistency_checks_total", `resource="assignments"`, `status="failure"`)
+			r.cacheRewatches += read(s, "cached_apiserver_watch_cache_etcd_watch_restarts_total", `resource="assignments"`)
 		}
 	}
 }

@@ -32,8 +32,15 @@ type result struct {
 	recovery, sentinelLatency time.Duration
 	// undelivered counts sentinels some stream never received.
 	undelivered int
-	// unready is whether /readyz failed while the fault was on.
-	unready bool
+	// unready is whether /readyz failed while the fault was on;
+	// readyAgain is when, after the heal, it answered 200 again.
+	unready    bool
+	readyAgain time.Duration
+	// writesStalled is whether writes failed to resume within resumeBound.
+	writesStalled bool
+	// harnessErrors are what the harness could not measure: the scenario
+	// fails, whichever server it ran.
+	harnessErrors []string
 	// checksFailed counts failed consistency checks of our cache.
 	checksFailed int
 	// staleReadErrors counts failed lists at resourceVersion 0, which a
@@ -137,8 +144,12 @@ func (r *result) summary() string {
 		r.scenario, r.server, r.missed, r.duplicated, r.outOfOrder, r.unexpected, r.bookmarks, r.lists,
 		r.ended410, r.endedError, r.endedClosed, r.relists, r.cacheRelists, r.cacheRewatches, round(r.recovery), round(r.sentinelLatency),
 		r.undelivered, r.checksFailed, r.writesOK, r.writesFailed)
+	fmt.Fprintf(&b, " readyAgain=%v", round(r.readyAgain))
 	for _, n := range r.notes {
 		b.WriteString("\n  note: " + n)
+	}
+	for _, h := range r.harnessErrors {
+		b.WriteString("\n  harness error: " + h)
 	}
 	for _, d := range r.details {
 		b.WriteString("\n  violation: " + d)

@@ -123,7 +123,8 @@ func (s *apiServer) restart(ctx context.Context) error {
 }
 
 // metric sums the samples of a metric whose labels include every one of
-// labels, from /metrics.
+// labels, from /metrics. A metric the server does not serve is an error,
+// not 0: an assertion on it could never fail.
 func (s *apiServer) metric(ctx context.Context, name string, labels ...string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -133,6 +134,7 @@ func (s *apiServer) metric(ctx context.Context, name string, labels ...string) (
 	}
 	defer body.Close()
 	var sum float64
+	found := false
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -140,6 +142,7 @@ func (s *apiServer) metric(ctx context.Context, name string, labels ...string) (
 		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
 			continue
 		}
+		found = true
 		match := true
 		for _, l := range labels {
 			match = match && strings.Contains(line, l)
@@ -153,5 +156,11 @@ func (s *apiServer) metric(ctx context.Context, name string, labels ...string) (
 		}
 		sum += v
 	}
-	return sum, sc.Err()
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, fmt.Errorf("%s serves no metric %s", s.proc.name, name)
+	}
+	return sum, nil
 }

@@ -159,7 +159,7 @@ func TestSelectorTransitions(t *testing.T) {
 	d.put("r", web, "")
 	d.put("r", db, "")
 	receive(t, w, 1)
-	e := <-w.ch
+	e, _ := recvWithin(t, w.ch, "the leaving event")
 	if e.Type != watch.Deleted || e.Object.(metav1.Object).GetLabels()["app"] != "web" {
 		t.Fatalf("leaving event %s carries labels %v, want the previous app=web", e.Type, e.Object.(metav1.Object).GetLabels())
 	}
@@ -278,7 +278,14 @@ func TestParkedAgainRightAfterSyncing(t *testing.T) {
 	for _, w := range ws {
 		go func() {
 			for i := 0; i < n; i++ {
-				e, ok := <-w.ResultChan()
+				var e watch.Event
+				var ok bool
+				select {
+				case e, ok = <-w.ResultChan():
+				case <-time.After(wait.ForeverTestTimeout):
+					results <- fmt.Errorf("no event %d within %v", i, wait.ForeverTestTimeout)
+					return
+				}
 				if !ok {
 					results <- fmt.Errorf("channel closed after %d events", i)
 					return
@@ -296,7 +303,7 @@ func TestParkedAgainRightAfterSyncing(t *testing.T) {
 		d.put(fmt.Sprintf("p%04d", i), nil, "")
 	}
 	for range ws {
-		if err := <-results; err != nil {
+		if err, _ := recvWithin(t, results, "a watcher's result"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -313,7 +320,11 @@ func TestWatcherFallsOffTheLog(t *testing.T) {
 	}
 	// It receives what it can, then a 410, then the channel closes.
 	var last watch.Event
-	for e := range slow.ResultChan() {
+	for {
+		e, ok := recvWithin(t, slow.ResultChan(), "the slow watcher's events and end")
+		if !ok {
+			break
+		}
 		last = e
 	}
 	status, ok := last.Object.(*metav1.Status)
@@ -332,11 +343,11 @@ func TestWatchFromTooOldResourceVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := <-wi.ResultChan()
+	e, _ := recvWithin(t, wi.ResultChan(), "the 410")
 	if status, ok := e.Object.(*metav1.Status); e.Type != watch.Error || !ok || status.Code != 410 {
 		t.Fatalf("got %s %v, want a 410 error", e.Type, e.Object)
 	}
-	if _, open := <-wi.ResultChan(); open {
+	if _, open := recvWithin(t, wi.ResultChan(), "the end after the 410"); open {
 		t.Fatal("the watch must end after the error")
 	}
 }
@@ -445,7 +456,7 @@ func TestCompactedDropsHistory(t *testing.T) {
 	}
 	w := mustWatcher(t, d.dispatcher, "/pods/", true, storage.Everything, 4)
 	wi, _ := d.register(w, false, false, false, 3)
-	if e := <-wi.ResultChan(); e.Type != watch.Error {
+	if e, _ := recvWithin(t, wi.ResultChan(), "the 410"); e.Type != watch.Error {
 		t.Fatalf("watch from before the compaction: got %s, want a 410 error", e.Type)
 	}
 }

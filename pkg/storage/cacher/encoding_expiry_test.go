@@ -130,7 +130,7 @@ func TestEncodedObjectsGauge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	<-w.ResultChan()
+	recvWithin(t, w.ResultChan(), "the ADDED event")
 	// The gauge is shared with earlier tests' caches of pods.
 	c.d.metrics.encoded.Set(-1)
 	waitGauge := func(want float64) {

@@ -42,7 +42,7 @@ func TestHistoryBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.Stop()
-	if ev := <-old.ResultChan(); ev.Type != watch.Error || !apierrors.IsResourceExpired(apierrors.FromObject(ev.Object)) {
+	if ev, _ := recvWithin(t, old.ResultChan(), "the 410"); ev.Type != watch.Error || !apierrors.IsResourceExpired(apierrors.FromObject(ev.Object)) {
 		t.Fatalf("watch from an evicted resourceVersion: got %s %v, want 410 Expired", ev.Type, ev.Object)
 	}
 
@@ -52,7 +52,7 @@ func TestHistoryBudget(t *testing.T) {
 	}
 	defer recent.Stop()
 	for i := 36; i < 40; i++ {
-		ev := <-recent.ResultChan()
+		ev, _ := recvWithin(t, recent.ResultChan(), "an event from a recent resourceVersion")
 		if ev.Type != watch.Added {
 			t.Fatalf("watch from a recent resourceVersion: got %s %v", ev.Type, ev.Object)
 		}

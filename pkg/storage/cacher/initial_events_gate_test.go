@@ -199,7 +199,7 @@ func TestInitialEventsGate(t *testing.T) {
 			h.waiting(1)
 			gone.Stop()
 			h.waiting(0)
-			if _, open := <-gone.ResultChan(); open {
+			if _, open := recvWithin(t, gone.ResultChan(), "the end of the stopped watch"); open {
 				t.Fatal("a watcher stopped while waiting delivered an event")
 			}
 			h.initialEvents(first)
@@ -484,7 +484,7 @@ func TestInitialEventsPace(t *testing.T) {
 			}
 			if tc.stop {
 				w.Stop()
-				if _, open := <-w.ResultChan(); open {
+				if _, open := recvWithin(t, w.ResultChan(), "the end of the stopped watch"); open {
 					t.Fatal("a watcher stopped in its pause delivered an event")
 				}
 				return

@@ -196,7 +196,7 @@ func TestListGateInGetList(t *testing.T) {
 	}()
 	waitGauge(t, c.metrics.listsWaiting, 2, "large lists waiting")
 	endLate()
-	if err := <-lateErr; !apierrors.IsTimeout(err) {
+	if err, _ := recvWithin(t, lateErr, "the late list's answer"); !apierrors.IsTimeout(err) {
 		t.Fatalf("a large list whose request ended while it waited: %v, want 504 Timeout", err)
 	}
 	waitGauge(t, c.metrics.listsWaiting, 1, "large lists waiting")

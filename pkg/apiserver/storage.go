@@ -60,41 +60,13 @@ type WatchCacheOptions struct {
 // raw etcd3.
 //
 // Upstream's Cacher (k8s.io/apiserver/pkg/storage/cacher) never serves
-// requests here: withDecorator replaces whatever decorator the stock etcd
-// options chose.
+// requests here: New puts this decorator in place of whatever the stock
+// etcd options chose (cacher.WithStorageDecorator).
 func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 	if !o.Enabled {
 		return generic.UndecoratedStorage
 	}
-	// 0 means off on the command line and "the default" in Config.
-	checkInterval, warmStart := o.ConsistencyCheckInterval, o.WarmStartRevisions
-	if checkInterval == 0 {
-		checkInterval = -1
-	}
-	if warmStart == 0 {
-		warmStart = -1
-	}
-	budget := o.HistoryBudget
-	if budget == 0 {
-		budget = -1
-	}
-	// One gate of each for every resource: the CPU and memory they share
-	// out are the server's.
-	gate := cacher.NewInitialEventsGate(cacher.InitialEventsGateConfig{Concurrency: o.InitialEventsConcurrency,
-		Foreground: o.Foreground, Share: o.InitialEventsShare, Slice: o.InitialEventsSlice})
-	lists := cacher.NewListGate(cacher.ListGateConfig{Concurrency: o.ListConcurrency})
-	cached := cacher.StorageDecorator(cacher.Config{
-		// Idle resources' bookmarks then carry fresh resourceVersions even
-		// against an etcd whose own progress-notify interval is long.
-		PeriodicProgressRequests: true,
-		ConsistentReadFallback:   o.ConsistentReadFallback,
-		ConsistencyCheckInterval: checkInterval,
-		WarmStartRevisions:       warmStart,
-		HistoryBudget:            budget,
-		Shutdown:                 o.Shutdown,
-		InitialEvents:            gate,
-		Lists:                    lists,
-	})
+	cached := cacher.StorageDecorator(cacheConfig(o))
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string,
 		keyFunc func(runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object,
 		getAttrsFunc storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers,
@@ -109,5 +81,36 @@ func StorageDecorator(o WatchCacheOptions) generic.StorageDecorator {
 			}
 		}
 		return decorate(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrsFunc, triggers, indexers)
+	}
+}
+
+// cacheConfig is the cache's Config for what the command line set. Every
+// resource's cache shares one gate of each kind: the CPU and memory they
+// share out are the server's.
+func cacheConfig(o WatchCacheOptions) cacher.Config {
+	// 0 means off on the command line and "the default" in Config.
+	checkInterval, warmStart := o.ConsistencyCheckInterval, o.WarmStartRevisions
+	if checkInterval == 0 {
+		checkInterval = -1
+	}
+	if warmStart == 0 {
+		warmStart = -1
+	}
+	budget := o.HistoryBudget
+	if budget == 0 {
+		budget = -1
+	}
+	return cacher.Config{
+		// Idle resources' bookmarks then carry fresh resourceVersions even
+		// against an etcd whose own progress-notify interval is long.
+		PeriodicProgressRequests: true,
+		ConsistentReadFallback:   o.ConsistentReadFallback,
+		ConsistencyCheckInterval: checkInterval,
+		WarmStartRevisions:       warmStart,
+		HistoryBudget:            budget,
+		Shutdown:                 o.Shutdown,
+		InitialEvents: cacher.NewInitialEventsGate(cacher.InitialEventsGateConfig{Concurrency: o.InitialEventsConcurrency,
+			Foreground: o.Foreground, Share: o.InitialEventsShare, Slice: o.InitialEventsSlice}),
+		Lists: cacher.NewListGate(cacher.ListGateConfig{Concurrency: o.ListConcurrency}),
 	}
 }

@@ -379,20 +379,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		return nil, fmt.Errorf("--watch-cache-sizes: %w", err)
 	}
 	o.shutdown = cacher.NewShutdown()
-	decorator := apiserver.StorageDecorator(apiserver.WatchCacheOptions{
-		Shutdown:                 o.shutdown,
-		Enabled:                  o.Recommended.Etcd.EnableWatchCache,
-		ConsistentReadFallback:   o.ConsistentReadFallback,
-		ConsistencyCheckInterval: o.ConsistencyCheckInterval,
-		WarmStartRevisions:       o.WarmStartRevisions,
-		HistoryBudget:            o.HistoryBudget.Value(),
-		InitialEventsConcurrency: o.InitialEventsConcurrency,
-		InitialEventsShare:       o.InitialEventsShare,
-		InitialEventsSlice:       o.InitialEventsSlice,
-		Foreground:               foreground,
-		ListConcurrency:          o.ListConcurrency,
-		Sizes:                    sizes,
-	})
+	decorator := apiserver.StorageDecorator(o.watchCacheOptions(foreground, sizes))
 	if o.StorageDecoratorOverride != nil {
 		decorator = o.StorageDecoratorOverride
 	}
@@ -538,3 +525,22 @@ func defaultInitialEventsConcurrency() int { return max(1, goruntime.GOMAXPROCS(
 // defaultListConcurrency is the CPUs this process may use: see
 // --watch-cache-list-concurrency.
 func defaultListConcurrency() int { return goruntime.GOMAXPROCS(0) }
+
+// watchCacheOptions is what the watch-cache flags set, for the cache of
+// every resource.
+func (o *Options) watchCacheOptions(foreground cacher.Foreground, sizes map[schema.GroupResource]int) apiserver.WatchCacheOptions {
+	return apiserver.WatchCacheOptions{
+		Shutdown:                 o.shutdown,
+		Enabled:                  o.Recommended.Etcd.EnableWatchCache,
+		ConsistentReadFallback:   o.ConsistentReadFallback,
+		ConsistencyCheckInterval: o.ConsistencyCheckInterval,
+		WarmStartRevisions:       o.WarmStartRevisions,
+		HistoryBudget:            o.HistoryBudget.Value(),
+		InitialEventsConcurrency: o.InitialEventsConcurrency,
+		InitialEventsShare:       o.InitialEventsShare,
+		InitialEventsSlice:       o.InitialEventsSlice,
+		Foreground:               foreground,
+		ListConcurrency:          o.ListConcurrency,
+		Sizes:                    sizes,
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -77,5 +78,46 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v, want an error containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestWatchCacheFlagsReachTheCache parses the watch-cache flags and checks
+// each reaches the options every resource's cache is built from, and from
+// there its Config (pkg/apiserver's TestCacheConfig takes the second step).
+func TestWatchCacheFlagsReachTheCache(t *testing.T) {
+	o := NewOptions(io.Discard)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse([]string{
+		"--watch-cache-history-budget=64Mi",
+		"--watch-cache-warm-start-revisions=7",
+		"--watch-cache-consistency-check-interval=42s",
+		"--watch-cache-consistent-read-fallback",
+		"--watch-cache-initial-events-concurrency=5",
+		"--watch-cache-initial-events-share=0.25",
+		"--watch-cache-initial-events-slice=3ms",
+		"--watch-cache-list-concurrency=6",
+		"--watch-cache=false",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := o.watchCacheOptions(nil, nil)
+	for _, c := range []struct {
+		flag      string
+		got, want any
+	}{
+		{"--watch-cache-history-budget", got.HistoryBudget, int64(64 << 20)},
+		{"--watch-cache-warm-start-revisions", got.WarmStartRevisions, int64(7)},
+		{"--watch-cache-consistency-check-interval", got.ConsistencyCheckInterval, 42 * time.Second},
+		{"--watch-cache-consistent-read-fallback", got.ConsistentReadFallback, true},
+		{"--watch-cache-initial-events-concurrency", got.InitialEventsConcurrency, 5},
+		{"--watch-cache-initial-events-share", got.InitialEventsShare, 0.25},
+		{"--watch-cache-initial-events-slice", got.InitialEventsSlice, 3 * time.Millisecond},
+		{"--watch-cache-list-concurrency", got.ListConcurrency, 6},
+		{"--watch-cache", got.Enabled, false},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: the cache gets %v, want %v", c.flag, c.got, c.want)
+		}
 	}
 }

@@ -1,0 +1,44 @@
+package apiserver
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
+)
+
+// TestCacheConfig checks that what the command line set reaches the
+// cache's Config, with the command line's 0 ("off" or "no budget") turned
+// into the Config's -1, since the Config's 0 means its default.
+func TestCacheConfig(t *testing.T) {
+	shutdown := cacher.NewShutdown()
+	for _, tc := range []struct {
+		name string
+		in   WatchCacheOptions
+		want cacher.Config
+	}{
+		{"set", WatchCacheOptions{ConsistencyCheckInterval: 42 * time.Second, WarmStartRevisions: 7, HistoryBudget: 64 << 20,
+			ConsistentReadFallback: true, Shutdown: shutdown, InitialEventsConcurrency: 2, ListConcurrency: 2},
+			cacher.Config{ConsistencyCheckInterval: 42 * time.Second, WarmStartRevisions: 7, HistoryBudget: 64 << 20,
+				ConsistentReadFallback: true, Shutdown: shutdown}},
+		{"off", WatchCacheOptions{},
+			cacher.Config{ConsistencyCheckInterval: -1, WarmStartRevisions: -1, HistoryBudget: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := cacheConfig(tc.in)
+			if got.ConsistencyCheckInterval != tc.want.ConsistencyCheckInterval || got.WarmStartRevisions != tc.want.WarmStartRevisions ||
+				got.HistoryBudget != tc.want.HistoryBudget || got.ConsistentReadFallback != tc.want.ConsistentReadFallback ||
+				got.Shutdown != tc.want.Shutdown {
+				t.Errorf("check %v, warm start %d, budget %d, fallback %v, shutdown %p; want %v, %d, %d, %v, %p",
+					got.ConsistencyCheckInterval, got.WarmStartRevisions, got.HistoryBudget, got.ConsistentReadFallback, got.Shutdown,
+					tc.want.ConsistencyCheckInterval, tc.want.WarmStartRevisions, tc.want.HistoryBudget, tc.want.ConsistentReadFallback, tc.want.Shutdown)
+			}
+			// A concurrency of 0 is no gate.
+			gates := tc.in.InitialEventsConcurrency > 0
+			if !got.PeriodicProgressRequests || (got.InitialEvents != nil) != gates || (got.Lists != nil) != gates {
+				t.Errorf("progress requests %v, initial events gate %v, list gate %v; want true, %v, %v",
+					got.PeriodicProgressRequests, got.InitialEvents != nil, got.Lists != nil, gates, gates)
+			}
+		})
+	}
+}

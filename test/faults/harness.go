@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -529,20 +528,18 @@ const resumeBound = 30 * time.Second
 // server that is not running (a replica lost for good) is not asked.
 func (e *env) readyAgain(ctx context.Context, healed time.Time) time.Duration {
 	s := e.servers[0]
-	for time.Since(healed) <= resumeBound {
+	if !s.proc.running() {
+		return 0
+	}
+	ctx, cancel := context.WithDeadline(ctx, healed.Add(resumeBound))
+	defer cancel()
+	if err := s.waitReady(ctx, ""); err != nil {
 		if !s.proc.running() {
 			return 0
 		}
-		if s.readyz(ctx) == http.StatusOK {
-			return time.Since(healed)
-		}
-		select {
-		case <-ctx.Done():
-			return resumeBound + time.Second
-		case <-time.After(100 * time.Millisecond):
-		}
+		return resumeBound + time.Second
 	}
-	return resumeBound + time.Second
+	return time.Since(healed)
 }
 
 // serverMetrics reads the servers' cache re-lists, re-watches and failed

@@ -156,11 +156,7 @@ func (s *fuzzServer) check(t *testing.T, target, accept string, watching bool) {
 			t.Fatalf("GET %s (Accept %q): reading the %d answer: %v", target, accept, resp.StatusCode, err)
 		}
 		if resp.StatusCode >= 300 && jsonBody {
-			var status metav1.Status
-			if err := json.Unmarshal(body, &status); err != nil || status.Kind != "Status" {
-				t.Fatalf("GET %s (Accept %q): %d with a body that is no Status: %.200q", target, accept, resp.StatusCode, body)
-			}
-			checkStatus(t, target, accept, &status)
+			checkStatusBody(t, target, accept, resp.StatusCode, body)
 		} else if resp.StatusCode >= 500 {
 			t.Fatalf("GET %s (Accept %q): %d %.200q", target, accept, resp.StatusCode, body)
 		}
@@ -190,6 +186,17 @@ func (s *fuzzServer) check(t *testing.T, target, accept string, watching bool) {
 			checkStatus(t, target, accept, &status)
 		}
 	}
+}
+
+// checkStatusBody requires a failed answer's body to be a Status, and
+// checks it as checkStatus does.
+func checkStatusBody(t *testing.T, target, accept string, code int, body []byte) {
+	t.Helper()
+	var status metav1.Status
+	if err := json.Unmarshal(body, &status); err != nil || status.Kind != "Status" {
+		t.Fatalf("GET %s (Accept %q): %d with a body that is no Status: %.200q", target, accept, code, body)
+	}
+	checkStatus(t, target, accept, &status)
 }
 
 // checkStatus fails on a 5xx Status but upstream's 504 for a
@@ -281,11 +288,7 @@ func (s *fuzzServer) list(t *testing.T, target string) ([]v1beta1.Assignment, in
 		t.Fatal(err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var status metav1.Status
-		if err := json.Unmarshal(body, &status); err != nil {
-			t.Fatalf("GET %s: %d with a body that is no Status: %.200q", target, resp.StatusCode, body)
-		}
-		checkStatus(t, target, "", &status)
+		checkStatusBody(t, target, "", resp.StatusCode, body)
 		return nil, resp.StatusCode
 	}
 	var list v1beta1.AssignmentList

@@ -359,16 +359,11 @@ func createPod(t *testing.T, c *testCacher, name string) *example.Pod {
 
 func next(t *testing.T, w watch.Interface) watch.Event {
 	t.Helper()
-	select {
-	case ev, ok := <-w.ResultChan():
-		if !ok {
-			t.Fatal("watch ended")
-		}
-		return ev
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatal("no event")
+	ev, ok := recvWithin(t, w.ResultChan(), "no event")
+	if !ok {
+		t.Fatal("watch ended")
 	}
-	return watch.Event{}
+	return ev
 }
 
 // expectNames reads one ADDED event per name, in order.

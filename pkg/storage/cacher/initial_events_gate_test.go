@@ -302,11 +302,7 @@ func TestWatchInitializedAfterInitialEvents(t *testing.T) {
 	if got := receive(t, w, 4); got[3].typ != watch.Bookmark {
 		t.Fatalf("initial events: %v", got)
 	}
-	select {
-	case <-signal.done:
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatal("the watch-list never reported its initial events sent")
-	}
+	recvWithin(t, signal.done, "the watch-list never reported its initial events sent")
 
 	signal = newSignal()
 	resumed, err := c.Watch(utilflowcontrol.WithInitializationSignal(ctx, signal), "/pods/", storage.ListOptions{
@@ -358,11 +354,7 @@ func (f *fakeForeground) Busy() bool {
 // as asked tells.
 func waitAsked(t *testing.T, asked <-chan struct{}, what string) {
 	t.Helper()
-	select {
-	case <-asked:
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatal("the watcher never asked " + what)
-	}
+	recvWithin(t, asked, "the watcher never asked "+what)
 }
 
 func (f *fakeForeground) InFlight() <-chan struct{} {

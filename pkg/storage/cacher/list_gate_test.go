@@ -52,13 +52,8 @@ func (e *listEntry) in(t *testing.T) bool {
 
 func (e *listEntry) waitIn(t *testing.T, what string) {
 	t.Helper()
-	select {
-	case err := <-e.done:
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatalf("%s never got in", what)
+	if err, _ := recvWithin(t, e.done, what+" never got in"); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 }
 
@@ -207,12 +202,7 @@ func TestListGateInGetList(t *testing.T) {
 	default:
 	}
 	endFirst()
-	select {
-	case err := <-second:
-		if err != nil {
-			t.Fatalf("the second large list: %v", err)
-		}
-	case <-time.After(wait.ForeverTestTimeout):
-		t.Fatal("the second large list never got in after the first ended")
+	if err, _ := recvWithin(t, second, "the second large list never got in after the first ended"); err != nil {
+		t.Fatalf("the second large list: %v", err)
 	}
 }

@@ -200,7 +200,8 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 // resource from several storages, each with its own cache (sample-apiserver
 // has one per version), and their gauges have the same labels: each cache
 // adds what its value moved, so the gauge is their sum instead of whichever
-// set it last. Only the cache's tick goroutine sets it.
+// set it last. A share has one writer: the cache's tick goroutine, or for
+// unready its readiness, under readiness' mutex.
 type gaugeShare struct {
 	g    compbasemetrics.GaugeMetric
 	last float64

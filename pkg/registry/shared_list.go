@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,10 +13,13 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 )
 
-// sharedListChunk is how many items are copied and encoded at a time. A
-// list holds copies of at most this many items, and each write to the
-// response holds this many: about 40 KiB of 1 KiB objects.
+// sharedListChunk is how many items that must be encoded are copied and
+// encoded at a time: about 40 KiB of 1 KiB objects.
 const sharedListChunk = 32
+
+// sharedListFlush is how many bytes of items are gathered before they are
+// written to the response.
+const sharedListFlush = 64 << 10
 
 // sharedList is a List response whose items are the watch cache's own
 // objects, shared with every other reader and never changed.
@@ -23,14 +27,15 @@ const sharedListChunk = 32
 // Upstream's cache copies every item into the response's list type, and
 // the response holds those copies until it is written: 330 bytes an
 // Assignment, 33 MB for a list of 100,000, for each list being written.
-// This one holds 16 bytes an item. Its compact JSON, what clients ask
-// for, is written sharedListChunk items at a time, each chunk copied into
-// the resource's list type and encoded by the request's own encoder: the
-// bytes are those of the list type's encoding. Any other encoding (YAML,
-// pretty-printed JSON, CBOR) is of a full copy, as upstream's.
+// This one holds 16 bytes an item. The cache keeps each object as the
+// bytes of its compact JSON at the storage version, and in that encoding
+// and version the items are those bytes (listItem), with no encoding at
+// all. Any other item is copied, sharedListChunk at a time, into the
+// resource's list type and encoded by the request's own encoder. Any other
+// encoding of the list (YAML, pretty-printed JSON, CBOR) is of a full
+// decoded copy, as upstream's.
 //
-// Table and PartialObjectMetadataList responses read Items through meta's
-// list helpers, which take []runtime.Object as they take []T.
+// Table and PartialObjectMetadataList responses convert GetObject's copy.
 type sharedList struct {
 	metav1.TypeMeta
 	metav1.ListMeta
@@ -42,6 +47,12 @@ type sharedList struct {
 
 var _ runtime.CacheableObject = &sharedList{}
 
+// listItem is an item that gives its bytes to a list: the watch cache's
+// objects (cacher.SharingList).
+type listItem interface {
+	ListItem(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (open, rest []byte, ok bool)
+}
+
 // itemsKey opens a list's items in compact JSON. It cannot occur inside a
 // JSON string, whose quotes are escaped, so its first occurrence in a
 // list is the list's own.
@@ -52,7 +63,7 @@ var listEnd = []byte("]}\n")
 
 // CacheEncode implements runtime.CacheableObject. It caches nothing: it
 // is the one place the apiserver lets a response choose how it is written.
-func (l *sharedList) CacheEncode(_ runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
+func (l *sharedList) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
 	// The list with no items tells what the encoder writes: compact JSON
 	// ends in "items":[]}, whatever else it holds.
 	head, err := l.copyOf(nil)
@@ -77,45 +88,105 @@ func (l *sharedList) CacheEncode(_ runtime.Identifier, encode func(runtime.Objec
 	if _, err := w.Write(open[:1]); err != nil {
 		return err
 	}
-	if _, err := w.Write(open[1:]); err != nil {
-		return err
-	}
-	chunk := l.newList()
-	items, err := itemsOf(chunk)
-	if err != nil {
-		return err
-	}
-	room := reflect.MakeSlice(items.Type(), sharedListChunk, sharedListChunk)
-	for start := 0; start < len(l.Items); start += sharedListChunk {
-		part := l.Items[start:min(start+sharedListChunk, len(l.Items))]
-		s := room.Slice(0, len(part))
-		for i, o := range part {
-			s.Index(i).Set(reflect.ValueOf(o).Elem())
-		}
-		items.Set(s)
-		buf.Reset()
-		if err := encode(chunk, &buf); err != nil {
+	iw := &itemWriter{w: w, encode: encode, newList: l.newList}
+	iw.out.Grow(sharedListFlush)
+	iw.out.Write(open[1:])
+	for _, o := range l.Items {
+		if err := iw.add(id, o); err != nil {
 			return err
 		}
-		out := buf.Bytes()
-		at := bytes.Index(out, itemsKey)
-		if at < 0 {
-			return fmt.Errorf("encoding items %d to %d of a list: no items in %.100q", start, start+len(part), out)
-		}
-		body, ok := bytes.CutSuffix(out[at+len(itemsKey):], listEnd)
-		if !ok {
-			return fmt.Errorf("encoding items %d to %d of a list: unexpected end in %.100q", start, start+len(part), out)
-		}
-		if start > 0 {
-			if _, err := w.Write([]byte{','}); err != nil {
+	}
+	if err := iw.flushChunk(); err != nil {
+		return err
+	}
+	iw.out.Write(listEnd)
+	return iw.flush()
+}
+
+// itemWriter writes a shared list's items: the bytes of those that have
+// them, and the encoding of chunks of copies of the others.
+type itemWriter struct {
+	w       io.Writer
+	encode  func(runtime.Object, io.Writer) error
+	newList func() runtime.Object
+	// out gathers what is to be written; buf is where chunks are encoded.
+	out, buf bytes.Buffer
+	// chunk holds the copies not yet encoded.
+	chunk []runtime.Object
+	// written counts the items in out or written.
+	written int
+}
+
+func (iw *itemWriter) add(id runtime.Identifier, o runtime.Object) error {
+	if li, ok := o.(listItem); ok {
+		if open, rest, ok := li.ListItem(id, iw.encode); ok {
+			if err := iw.flushChunk(); err != nil {
 				return err
 			}
+			iw.comma()
+			iw.out.Write(open)
+			iw.out.Write(rest)
+			return iw.flushIfFull()
 		}
-		if _, err := w.Write(body); err != nil {
-			return err
-		}
+		// Its DeepCopyObject is a decoded copy.
+		o = o.DeepCopyObject()
 	}
-	_, err = w.Write(listEnd)
+	iw.chunk = append(iw.chunk, o)
+	if len(iw.chunk) == sharedListChunk {
+		return iw.flushChunk()
+	}
+	return nil
+}
+
+func (iw *itemWriter) comma() {
+	if iw.written > 0 {
+		iw.out.WriteByte(',')
+	}
+	iw.written++
+}
+
+// flushChunk encodes the copies gathered as items of a list, and adds
+// them to out.
+func (iw *itemWriter) flushChunk() error {
+	if len(iw.chunk) == 0 {
+		return nil
+	}
+	defer func() { iw.chunk = iw.chunk[:0] }()
+	list := iw.newList()
+	if err := meta.SetList(list, iw.chunk); err != nil {
+		return err
+	}
+	iw.buf.Reset()
+	if err := iw.encode(list, &iw.buf); err != nil {
+		return err
+	}
+	out := iw.buf.Bytes()
+	at := bytes.Index(out, itemsKey)
+	if at < 0 {
+		return fmt.Errorf("encoding %d items of a list: no items in %.100q", len(iw.chunk), out)
+	}
+	body, ok := bytes.CutSuffix(out[at+len(itemsKey):], listEnd)
+	if !ok {
+		return fmt.Errorf("encoding %d items of a list: unexpected end in %.100q", len(iw.chunk), out)
+	}
+	if iw.written > 0 {
+		iw.out.WriteByte(',')
+	}
+	iw.written += len(iw.chunk)
+	iw.out.Write(body)
+	return iw.flushIfFull()
+}
+
+func (iw *itemWriter) flushIfFull() error {
+	if iw.out.Len() < sharedListFlush {
+		return nil
+	}
+	return iw.flush()
+}
+
+func (iw *itemWriter) flush() error {
+	_, err := iw.w.Write(iw.out.Bytes())
+	iw.out.Reset()
 	return err
 }
 
@@ -140,10 +211,27 @@ func (l *sharedList) copyOf(items []runtime.Object) (runtime.Object, error) {
 	if items == nil {
 		items = []runtime.Object{}
 	}
+	items = decoded(items)
 	if err := meta.SetList(out, items); err != nil {
 		return nil, err
 	}
 	return out, setListMeta(out, &l.ListMeta)
+}
+
+// decoded returns items with the cache's objects decoded, which the items
+// of a typed list must be.
+func decoded(items []runtime.Object) []runtime.Object {
+	out := items
+	for i, o := range items {
+		if _, ok := o.(listItem); !ok {
+			continue
+		}
+		if &out[0] == &items[0] {
+			out = slices.Clone(items)
+		}
+		out[i] = o.DeepCopyObject()
+	}
+	return out
 }
 
 // DeepCopyObject implements runtime.Object.

@@ -39,6 +39,13 @@ func (c Convertor[T]) ConvertToTable(_ context.Context, obj runtime.Object, tabl
 	add := func(o runtime.Object) error {
 		t, ok := o.(T)
 		if !ok {
+			// The watch cache's items are kept encoded, and their
+			// DeepCopyObject decodes them (cacher.SharingList).
+			if t, ok = o.DeepCopyObject().(T); ok {
+				o = t
+			}
+		}
+		if !ok {
 			return fmt.Errorf("cannot print %T in this table", o)
 		}
 		m, err := meta.Accessor(o)

@@ -3,6 +3,7 @@ package cacher
 import (
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -90,9 +91,9 @@ func (d *dispatcher) sendBookmarks(now time.Time) {
 // at rv shares, with its encodings: each client is sent the bytes encoded
 // for the first. Upstream copies and encodes a bookmark for each watcher:
 // with 20,000 watchers, 20,000 encodings a minute while writes go on.
-func (d *dispatcher) sharedBookmarkLocked(rv uint64) *cachingObject {
+func (d *dispatcher) sharedBookmarkLocked(rv uint64) runtime.Object {
 	if d.bookmark == nil || d.bookmarkRV != rv {
-		d.bookmark, d.bookmarkRV = newCachingObject(d.bookmarkObject(rv, false)), rv
+		d.bookmark, d.bookmarkRV = d.pres.shared(d.bookmarkObject(rv, false), rv), rv
 	}
 	return d.bookmark
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"reflect"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -31,8 +30,14 @@ type Cacher struct {
 	// pres makes objects' fields and cachingObjects; its expiry forgets the
 	// latter once Config.EncodingTTL passes without a send.
 	pres *presenter
-	// intern shares equal metadata between the objects the cache holds.
+	// intern shares equal label sets and field values between the objects
+	// the cache holds.
 	intern *interner
+	// codec makes and decodes the objects' bytes.
+	codec *objectCodec
+	// indexers are Config.Indexers other than the trigger field's, whose
+	// values each object keeps, by name in object.indexed's order.
+	indexers []namedIndexer
 
 	// relistRequests carries the consistency check's request to list again.
 	relistRequests chan string
@@ -70,8 +75,10 @@ func New(cfg Config) (*Cacher, error) {
 	c.ready.unready = c.metrics.unready
 	c.metrics.unready.Set(1)
 	c.intern = newInterner(defaultInternBudget)
+	c.codec = newObjectCodec(cfg.Codec, cfg.NewFunc)
+	c.indexers = c.extraIndexers()
 	c.store = newStore(c.indexFuncs())
-	c.pres = &presenter{attrs: cfg.GetAttrsFunc, trigger: cfg.TriggerField}
+	c.pres = &presenter{trigger: cfg.TriggerField, codec: c.codec}
 	if cfg.EncodingTTL > 0 {
 		c.pres.expiry = newEncodingExpiry(cfg.EncodingTTL, cfg.Clock)
 	}
@@ -241,7 +248,8 @@ func (c *Cacher) suggestion(key string) runtime.Object {
 		return nil
 	}
 	if o, ok := c.store.get(key); ok {
-		return o.obj.DeepCopyObject()
+		// A cached object decodes; if it could not, etcd3 reads it.
+		return o.DeepCopyObject()
 	}
 	return nil
 }
@@ -386,15 +394,5 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 		_, head := c.log.bounds()
 		return storage.NewKeyNotFoundError(key, int64(head))
 	}
-	return copyInto(o.obj.DeepCopyObject(), objPtr)
-}
-
-// copyInto sets *dst to *src.
-func copyInto(src, dst runtime.Object) error {
-	dv, sv := reflect.ValueOf(dst), reflect.ValueOf(src)
-	if dv.Kind() != reflect.Pointer || sv.Type() != dv.Type() {
-		return fmt.Errorf("cannot copy %T into %T", src, dst)
-	}
-	dv.Elem().Set(sv.Elem())
-	return nil
+	return o.decodeInto(objPtr)
 }

@@ -7,25 +7,23 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// cachingObject wraps an immutable object so that each encoding of it is
-// computed once, however many watchers receive it. The generic HTTP handlers
-// recognise runtime.CacheableObject and call CacheEncode with an identifier
-// per (serializer, version, event type).
+// cachingObject is a cached object as watchers are sent it: each encoding
+// of it is computed once, however many watchers receive it. The generic
+// HTTP handlers recognise runtime.CacheableObject and call CacheEncode with
+// an identifier per (serializer, version, event type). An encoder that
+// writes the object's bytes (objectCodec) gets them; any other encodes a
+// copy decoded once, which the cachingObject keeps while it lives.
 //
-// It also implements metav1.Object by delegation, so that consumers can read
-// metadata without unwrapping. Like objects from a client-go informer, it is
-// shared and read-only: a consumer that wants to change it calls GetObject
-// for a private copy.
+// Like objects from a client-go informer, it is shared and read-only: a
+// consumer that wants to change it calls GetObject for a private copy. Its
+// metadata is read through meta.Accessor (GetObjectMeta), which decodes.
 type cachingObject struct {
-	metav1.Object
-	// obj is shared by every reader and never mutated.
-	obj runtime.Object
+	o *object
 
 	// slot, if set, is the cached object's reference to this one, which
 	// expire clears.
@@ -33,6 +31,12 @@ type cachingObject struct {
 	// used is when a sender last asked for o, in Unix nanoseconds, as
 	// encodingExpiry.touch records it.
 	used atomic.Int64
+
+	// decodeOnce makes decoded, the object decoded for the encoders that
+	// need a Go object; it is shared by them and never mutated.
+	decodeOnce sync.Once
+	decoded    runtime.Object
+	decodeErr  error
 
 	// mu guards encodings.
 	mu        sync.RWMutex
@@ -46,17 +50,12 @@ type encoding struct {
 	err  error
 }
 
-var _ runtime.CacheableObject = &cachingObject{}
+var (
+	_ runtime.CacheableObject   = &cachingObject{}
+	_ metav1.ObjectMetaAccessor = &cachingObject{}
+)
 
-// newCachingObject wraps obj, which must have object metadata.
-func newCachingObject(obj runtime.Object) *cachingObject {
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		// Storage only holds objects with metadata; etcd3 could not have decoded it otherwise.
-		m = &metav1.ObjectMeta{}
-	}
-	return &cachingObject{Object: m, obj: obj}
-}
+func newCachingObject(o *object) *cachingObject { return &cachingObject{o: o} }
 
 // scratch holds the buffers encodings are written into before they are
 // copied to their length. Each encoding of a watch-list's objects, a
@@ -72,10 +71,9 @@ const maxScratch = 1 << 20
 // meta of what it is given: the versioning codec sets it, and puts it back,
 // on the object it converts. That is a copy of obj's top-level struct, which
 // has a type meta of its own and shares everything below it, which encoders
-// only read; a deep copy of every object a watch-list encoded was another
-// tenth of the server's allocations. An object whose kind is not held in
-// its top-level struct (Unstructured keeps it in a map), or that nests
-// objects an encoder rewrites, gets a deep copy.
+// only read. An object whose kind is not held in its top-level struct
+// (Unstructured keeps it in a map), or that nests objects an encoder
+// rewrites, gets a deep copy.
 func encodable(obj runtime.Object) runtime.Object {
 	switch obj.(type) {
 	case runtime.Unstructured, runtime.NestedObjectEncoder:
@@ -96,12 +94,34 @@ func encodable(obj runtime.Object) runtime.Object {
 }
 
 // CacheEncode implements runtime.CacheableObject.
-func (o *cachingObject) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
-	e := o.encoding(id)
+func (co *cachingObject) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
+	kind := co.o.codec.kind(id)
+	switch kind {
+	case encoderRaw:
+		_, err := w.Write(co.o.raw)
+		return err
+	case encoderWatchUncached:
+		return encode(co, w)
+	case encoderUncached:
+		obj, err := co.object()
+		if err != nil {
+			return err
+		}
+		return encode(encodable(obj), w)
+	}
+	e := co.encoding(id)
 	e.once.Do(func() {
 		buf := scratch.Get().(*bytes.Buffer)
 		buf.Reset()
-		e.err = encode(encodable(o.obj), buf)
+		if kind == encoderWatch {
+			// The watch encoder encodes the object with its embedded
+			// encoder, which comes back here with its own identifier.
+			e.err = encode(co, buf)
+		} else if obj, err := co.object(); err != nil {
+			e.err = err
+		} else if e.err = encode(encodable(obj), buf); e.err == nil && kind == encoderUnknown {
+			co.o.codec.compare(id, co.o, buf.Bytes())
+		}
 		// A copy of the length, without the buffer's spare capacity.
 		e.raw = bytes.Clone(buf.Bytes())
 		if buf.Cap() <= maxScratch {
@@ -115,52 +135,66 @@ func (o *cachingObject) CacheEncode(id runtime.Identifier, encode func(runtime.O
 	return err
 }
 
-func (o *cachingObject) encoding(id runtime.Identifier) *encoding {
-	o.mu.RLock()
-	e, ok := o.encodings[id]
-	o.mu.RUnlock()
+// object returns the decoded object the encoders share.
+func (co *cachingObject) object() (runtime.Object, error) {
+	co.decodeOnce.Do(func() { co.decoded, co.decodeErr = co.o.decode() })
+	return co.decoded, co.decodeErr
+}
+
+func (co *cachingObject) encoding(id runtime.Identifier) *encoding {
+	co.mu.RLock()
+	e, ok := co.encodings[id]
+	co.mu.RUnlock()
 	if ok {
 		return e
 	}
-	o.mu.Lock()
-	if e, ok = o.encodings[id]; !ok {
-		if o.encodings == nil {
-			o.encodings = map[runtime.Identifier]*encoding{}
+	co.mu.Lock()
+	if e, ok = co.encodings[id]; !ok {
+		if co.encodings == nil {
+			co.encodings = map[runtime.Identifier]*encoding{}
 		}
 		e = &encoding{}
-		o.encodings[id] = e
+		co.encodings[id] = e
 	}
-	o.mu.Unlock()
+	co.mu.Unlock()
 	return e
 }
 
-// expire forgets every encoding, and detaches o from its cached object, so
+// expire forgets every encoding, and detaches co from its cached object, so
 // that the next sender makes a new one. An encoding in progress completes
-// for its callers; a sender that still holds o encodes again.
-func (o *cachingObject) expire() {
-	o.mu.Lock()
-	o.encodings = nil
-	o.mu.Unlock()
-	if o.slot != nil {
-		o.slot.CompareAndSwap(o, nil)
+// for its callers; a sender that still holds co encodes again.
+func (co *cachingObject) expire() {
+	co.mu.Lock()
+	co.encodings = nil
+	co.mu.Unlock()
+	if co.slot != nil {
+		co.slot.CompareAndSwap(co, nil)
 	}
 }
 
 // GetObject implements runtime.CacheableObject: the caller owns the copy.
-func (o *cachingObject) GetObject() runtime.Object { return o.obj.DeepCopyObject() }
+// An object that cannot be decoded, which ingest never keeps, is nil.
+func (co *cachingObject) GetObject() runtime.Object { return co.o.DeepCopyObject() }
 
-// GetObjectKind implements runtime.Object. It returns the kind of the
-// wrapped object without letting the caller change it.
-func (o *cachingObject) GetObjectKind() schema.ObjectKind {
-	return readOnlyKind{o.obj.GetObjectKind()}
+// GetObjectMeta implements metav1.ObjectMetaAccessor, read-only.
+func (co *cachingObject) GetObjectMeta() metav1.Object {
+	obj, err := co.object()
+	if err != nil {
+		return &metav1.ObjectMeta{}
+	}
+	if m, ok := obj.(metav1.Object); ok {
+		return m
+	}
+	if a, ok := obj.(metav1.ObjectMetaAccessor); ok {
+		return a.GetObjectMeta()
+	}
+	return &metav1.ObjectMeta{}
 }
 
-// DeepCopyObject implements runtime.Object.
-func (o *cachingObject) DeepCopyObject() runtime.Object {
-	return newCachingObject(o.obj.DeepCopyObject())
-}
+// GetObjectKind implements runtime.Object. A cached object's kind is not
+// held (object.GetObjectKind).
+func (co *cachingObject) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
-// readOnlyKind ignores writes, so that a shared object's type meta cannot change.
-type readOnlyKind struct{ schema.ObjectKind }
-
-func (readOnlyKind) SetGroupVersionKind(schema.GroupVersionKind) {}
+// DeepCopyObject implements runtime.Object: a cachingObject of the same
+// cached object, whose encodings and decoded copy are its own.
+func (co *cachingObject) DeepCopyObject() runtime.Object { return newCachingObject(co.o) }

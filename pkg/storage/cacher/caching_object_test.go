@@ -71,7 +71,7 @@ func TestEncodable(t *testing.T) {
 // fails if an encoder is handed the shared object.
 func TestCacheEncodeConcurrent(t *testing.T) {
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: map[string]string{"a": "b"}}}
-	co := newCachingObject(pod)
+	co := newCachingObject(podObject(pod))
 	codec := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
 	const n = 8
 	out := make([]bytes.Buffer, n)
@@ -92,7 +92,8 @@ func TestCacheEncodeConcurrent(t *testing.T) {
 			t.Errorf("encoding %d: %s", i, s)
 		}
 	}
-	if gvk := pod.GetObjectKind().GroupVersionKind(); !gvk.Empty() {
-		t.Errorf("the cached object's kind is %v after encoding", gvk)
+	obj, _ := co.object()
+	if gvk := obj.GetObjectKind().GroupVersionKind(); !gvk.Empty() {
+		t.Errorf("the shared decoded object's kind is %v after encoding", gvk)
 	}
 }

@@ -66,6 +66,9 @@ type Config struct {
 	ResourcePrefix string
 	// KeyFunc returns an object's key.
 	KeyFunc func(runtime.Object) (string, error)
+	// Codec is the storage's codec: it encodes an object at its storage
+	// version, as the cache keeps it, and decodes that into NewFunc's type.
+	Codec runtime.Codec
 	// NewFunc returns an empty object; NewListFunc an empty list.
 	NewFunc     func() runtime.Object
 	NewListFunc func() runtime.Object
@@ -149,8 +152,8 @@ func (c *Config) complete() error {
 	switch {
 	case c.Storage == nil:
 		return fmt.Errorf("cacher: Config.Storage is required")
-	case c.KeyFunc == nil || c.NewFunc == nil || c.NewListFunc == nil || c.GetAttrsFunc == nil:
-		return fmt.Errorf("cacher: Config.KeyFunc, NewFunc, NewListFunc and GetAttrsFunc are required")
+	case c.KeyFunc == nil || c.NewFunc == nil || c.NewListFunc == nil || c.GetAttrsFunc == nil || c.Codec == nil:
+		return fmt.Errorf("cacher: Config.KeyFunc, NewFunc, NewListFunc, GetAttrsFunc and Codec are required")
 	}
 	if c.Versioner == nil {
 		c.Versioner = storage.APIObjectVersioner{}

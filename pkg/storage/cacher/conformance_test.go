@@ -175,6 +175,7 @@ func newTestCacher(t testing.TB, opts ...setupOption) *testCacher {
 		NewFunc:        newPod,
 		NewListFunc:    newPodList,
 		GetAttrsFunc:   podAttrs,
+		Codec:          o.codec,
 	}
 	if o.indexes {
 		cfg.IndexerFuncs = storage.IndexerFuncs{"spec.nodeName": func(obj runtime.Object) string {

@@ -65,7 +65,9 @@ func (c *Cacher) putInStateForTest(t *testing.T, key string, rv uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: key[strings.LastIndex(key, "/")+1:], Namespace: "ns", ResourceVersion: fmt.Sprint(rv)}}
-	s.tree.ReplaceOrInsert(&object{key: key, obj: pod, rv: rv})
+	o := podObject(pod)
+	o.key = key
+	s.tree.ReplaceOrInsert(o)
 	s.changed = true
 }
 

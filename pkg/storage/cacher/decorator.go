@@ -44,6 +44,7 @@ func StorageDecorator(base Config) generic.StorageDecorator {
 		cfg.GroupResource = config.GroupResource
 		cfg.ResourcePrefix = resourcePrefix
 		cfg.KeyFunc = keyFunc
+		cfg.Codec = config.Codec
 		cfg.NewFunc = newFunc
 		cfg.NewListFunc = newListFunc
 		cfg.GetAttrsFunc = getAttrsFunc

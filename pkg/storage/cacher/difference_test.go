@@ -85,7 +85,7 @@ func TestIndexedDispatchMatchesUpstream(t *testing.T) {
 	triggers := storage.IndexerFuncs{"spec.nodeName": func(obj runtime.Object) string { return obj.(*example.Pod).Spec.NodeName }}
 	keyFunc := func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) }
 	ours, err := New(Config{Storage: newRaw(), GroupResource: schema.GroupResource{Resource: "pods"}, ResourcePrefix: "/pods/",
-		KeyFunc: keyFunc, NewFunc: newBenchPod, NewListFunc: newBenchPodList, GetAttrsFunc: podAttrs, IndexerFuncs: triggers})
+		KeyFunc: keyFunc, NewFunc: newBenchPod, NewListFunc: newBenchPodList, GetAttrsFunc: podAttrs, IndexerFuncs: triggers, Codec: examplev1Blob})
 	if err != nil {
 		t.Fatal(err)
 	}

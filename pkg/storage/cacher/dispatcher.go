@@ -63,7 +63,7 @@ type dispatcher struct {
 	// lastBookmarkSecond is the last second whose bookmarks went out.
 	lastBookmarkSecond int64
 	// bookmark is the bookmark at bookmarkRV that watchers share.
-	bookmark   *cachingObject
+	bookmark   runtime.Object
 	bookmarkRV uint64
 	// headCh is closed and replaced whenever the head moves.
 	headCh chan struct{}

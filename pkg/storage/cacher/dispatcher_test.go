@@ -32,7 +32,7 @@ func newTestDispatcher(logMax int) *testDispatcher {
 	clk := testingclock.NewFakeClock(time.Unix(10_000, 0))
 	s := newStore(map[string]func(*object) []string{})
 	l := newEventLog(time.Minute, 4, logMax)
-	d := newDispatcher(s, l, &presenter{attrs: podAttrs, trigger: "spec.nodeName"}, storage.APIObjectVersioner{}, func() runtime.Object { return &example.Pod{} }, clk, time.Minute,
+	d := newDispatcher(s, l, &presenter{trigger: "spec.nodeName", codec: podIngest.codec}, storage.APIObjectVersioner{}, func() runtime.Object { return &example.Pod{} }, clk, time.Minute,
 		newCacheMetrics(schema.GroupResource{Resource: "pods"}))
 	d.reset(nil, 1)
 	return &testDispatcher{dispatcher: d, clock: clk, rv: 1}
@@ -43,7 +43,7 @@ func (d *testDispatcher) put(name string, lbls map[string]string, node string) {
 	d.rv++
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: lbls,
 		ResourceVersion: fmt.Sprint(d.rv)}, Spec: example.PodSpec{NodeName: node}}
-	o := &object{key: "/pods/ns/" + name, name: name, obj: pod, labels: lbls, rv: d.rv, trigger: node}
+	o := podObject(pod)
 	prev, _ := d.store.get(o.key)
 	typ := watch.Added
 	if prev != nil {
@@ -55,9 +55,9 @@ func (d *testDispatcher) put(name string, lbls map[string]string, node string) {
 func (d *testDispatcher) del(name string) {
 	d.rv++
 	prev, _ := d.store.get("/pods/ns/" + name)
-	gone := prev.obj.DeepCopyObject().(*example.Pod)
+	gone := prev.DeepCopyObject().(*example.Pod)
 	gone.ResourceVersion = fmt.Sprint(d.rv)
-	cur := &object{key: prev.key, name: prev.name, obj: gone, labels: prev.labels, rv: d.rv, trigger: prev.trigger}
+	cur := podObject(gone)
 	d.process(&event{typ: watch.Deleted, key: prev.key, rv: d.rv, cur: cur, prev: prev, recorded: d.clock.Now()})
 }
 
@@ -100,7 +100,7 @@ func receive(t *testing.T, w watch.Interface, n int) []got {
 				out = append(out, got{typ: e.Type})
 				continue
 			}
-			m := e.Object.(metav1.Object)
+			m := metaOf(t, e.Object)
 			out = append(out, got{e.Type, m.GetName(), m.GetResourceVersion()})
 		case <-time.After(10 * time.Second):
 			t.Fatalf("only %d of %d events: %v", len(out), n, out)
@@ -160,8 +160,8 @@ func TestSelectorTransitions(t *testing.T) {
 	d.put("r", db, "")
 	receive(t, w, 1)
 	e, _ := recvWithin(t, w.ch, "the leaving event")
-	if e.Type != watch.Deleted || e.Object.(metav1.Object).GetLabels()["app"] != "web" {
-		t.Fatalf("leaving event %s carries labels %v, want the previous app=web", e.Type, e.Object.(metav1.Object).GetLabels())
+	if e.Type != watch.Deleted || metaOf(t, e.Object).GetLabels()["app"] != "web" {
+		t.Fatalf("leaving event %s carries labels %v, want the previous app=web", e.Type, metaOf(t, e.Object).GetLabels())
 	}
 }
 
@@ -290,7 +290,7 @@ func TestParkedAgainRightAfterSyncing(t *testing.T) {
 					results <- fmt.Errorf("channel closed after %d events", i)
 					return
 				}
-				if name := e.Object.(metav1.Object).GetName(); name != fmt.Sprintf("p%04d", i) {
+				if name := metaOf(t, e.Object).GetName(); name != fmt.Sprintf("p%04d", i) {
 					results <- fmt.Errorf("event %d is %s", i, name)
 					return
 				}
@@ -537,7 +537,7 @@ func TestBookmarksShareOneEncoding(t *testing.T) {
 	d.mu.Lock()
 	later := d.sharedBookmarkLocked(43)
 	d.mu.Unlock()
-	if runtime.Object(later) == objs[0] || later.GetResourceVersion() != "43" {
-		t.Fatalf("the bookmark at 43 is %v at %s", later == objs[0], later.GetResourceVersion())
+	if rv := decodedPod(t, later).ResourceVersion; later == objs[0] || rv != "43" {
+		t.Fatalf("the bookmark at 43 is %v at %s", later == objs[0], rv)
 	}
 }

@@ -23,9 +23,9 @@ import (
 func TestEncodingExpiry(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
 	x := newEncodingExpiry(10*time.Second, clk)
-	pr := &presenter{attrs: podAttrs, expiry: x}
+	pr := &presenter{codec: podIngest.codec, expiry: x}
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
-	o := &object{key: "/pods/ns/p", obj: pod}
+	o := podObject(pod)
 	if o.co.Load() != nil {
 		t.Fatal("an object that was never sent holds a cachingObject")
 	}
@@ -88,9 +88,9 @@ func TestEncodingExpiry(t *testing.T) {
 func TestEncodingExpiryKeepsUsed(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Unix(1000, 0))
 	x := newEncodingExpiry(10*time.Second, clk)
-	pr := &presenter{attrs: podAttrs, expiry: x}
-	used := &object{key: "/pods/ns/used", obj: &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "used", Namespace: "ns"}}}
-	idle := &object{key: "/pods/ns/idle", obj: &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: "ns"}}}
+	pr := &presenter{codec: podIngest.codec, expiry: x}
+	used := podObject(&example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "used", Namespace: "ns"}})
+	idle := podObject(&example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: "ns"}})
 
 	first := pr.caching(used)
 	clk.Step(2 * time.Second)

@@ -371,8 +371,8 @@ func expectNames(t *testing.T, w watch.Interface, names ...string) {
 	t.Helper()
 	for _, name := range names {
 		ev := next(t, w)
-		pod, ok := ev.Object.(*cachingObject)
-		if ev.Type != watch.Added || !ok || pod.GetName() != name {
+		_, ok := ev.Object.(*cachingObject)
+		if ev.Type != watch.Added || !ok || decodedPod(t, ev.Object).Name != name {
 			t.Fatalf("got %s %v, want ADDED %s", ev.Type, ev.Object, name)
 		}
 	}

@@ -2,37 +2,12 @@ package cacher
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
 )
-
-// object is one cached object version with what selectors need, computed
-// once at ingest. Objects are immutable once built, but for co, and shared
-// by the store, snapshots, the event log and every watcher. What else
-// selectors and watchers see of it, the presenter makes when they need it.
-type object struct {
-	key string
-	// name is the object's metadata.name: a substring of key when key ends
-	// in it, as the registry's keys do.
-	name string
-	obj  runtime.Object
-	// co is obj's cachingObject while it was sent recently (presenter.caching).
-	co     atomic.Pointer[cachingObject]
-	labels labels.Set
-	rv     uint64
-	// trigger is the value of Config.TriggerField, if any.
-	trigger string
-	// hashes are the shard hashes of the object's UID and namespace.
-	hashes [shardFields]uint64
-	// bytes estimates what obj holds (approximateSize).
-	bytes int64
-}
 
 // event is one change from etcd, shared by every watcher that receives it.
 type event struct {
@@ -64,7 +39,7 @@ func (e *event) size() int64 {
 	if e.cur == nil {
 		return 0
 	}
-	return e.cur.bytes
+	return e.cur.size()
 }
 
 // forWatcher returns what a watcher with filter f receives, following
@@ -96,14 +71,14 @@ func (e *event) forWatcher(f *filter, v storage.Versioner, pr *presenter, m *eve
 
 func (e *event) leavingObject(v storage.Versioner, pr *presenter) *cachingObject {
 	e.leavingOnce.Do(func() {
-		obj := e.prev.obj.DeepCopyObject()
-		if err := v.UpdateObject(obj, e.rv); err != nil {
-			// Only objects without metadata fail here, and those never reach the cache.
+		o, err := e.prev.at(v, e.rv)
+		if err != nil {
+			// Only objects that cannot be decoded fail here, and ingest keeps none.
 			klog.ErrorS(err, "Cannot set the resourceVersion of a DELETED event", "key", e.key)
 			e.leaving = pr.caching(e.prev)
 			return
 		}
-		e.leaving = newCachingObject(obj)
+		e.leaving = newCachingObject(o)
 	})
 	return e.leaving
 }

@@ -123,9 +123,9 @@ func TestEventLogAfterLimitAndProgress(t *testing.T) {
 	}
 }
 
-// sized is an event whose object version holds bytes.
+// sized is an event whose object version holds bytes, at least objectOverhead.
 func sized(rv uint64, at time.Time, bytes int64) *event {
-	return &event{rv: rv, recorded: at, cur: &object{rv: rv, bytes: bytes}}
+	return &event{rv: rv, recorded: at, cur: &object{rv: rv, raw: make([]byte, bytes-objectOverhead)}}
 }
 
 func TestEventLogBudget(t *testing.T) {
@@ -140,17 +140,17 @@ func TestEventLogBudget(t *testing.T) {
 		wantBytes   int64
 		wantEvicted uint64
 	}{
-		{name: "no budget keeps everything", sizes: []int64{400, 400, 400}, wantEvents: []uint64{11, 12, 13}, wantBytes: 1200},
-		{name: "under the budget keeps everything", budget: 1000, sizes: []int64{300, 300, 300},
-			wantEvents: []uint64{11, 12, 13}, wantBytes: 900},
-		{name: "over the budget drops the oldest, inside the window", budget: 1000, sizes: []int64{400, 400, 400},
-			wantEvents: []uint64{12, 13}, wantBytes: 800, wantEvicted: 1},
-		{name: "a big event pushes out several", budget: 1000, sizes: []int64{200, 200, 200, 900},
-			wantEvents: []uint64{14}, wantBytes: 900, wantEvicted: 3},
-		{name: "an event bigger than the budget stays alone", budget: 1000, sizes: []int64{100, 5000},
-			wantEvents: []uint64{12}, wantBytes: 5000, wantEvicted: 1},
-		{name: "events outside the window leave without counting", budget: 1000, interval: 20 * time.Second,
-			sizes: []int64{400, 400, 400}, wantEvents: []uint64{12, 13}, wantBytes: 800},
+		{name: "no budget keeps everything", sizes: []int64{4000, 4000, 4000}, wantEvents: []uint64{11, 12, 13}, wantBytes: 12000},
+		{name: "under the budget keeps everything", budget: 10000, sizes: []int64{3000, 3000, 3000},
+			wantEvents: []uint64{11, 12, 13}, wantBytes: 9000},
+		{name: "over the budget drops the oldest, inside the window", budget: 10000, sizes: []int64{4000, 4000, 4000},
+			wantEvents: []uint64{12, 13}, wantBytes: 8000, wantEvicted: 1},
+		{name: "a big event pushes out several", budget: 10000, sizes: []int64{2000, 2000, 2000, 9000},
+			wantEvents: []uint64{14}, wantBytes: 9000, wantEvicted: 3},
+		{name: "an event bigger than the budget stays alone", budget: 10000, sizes: []int64{1000, 50000},
+			wantEvents: []uint64{12}, wantBytes: 50000, wantEvicted: 1},
+		{name: "events outside the window leave without counting", budget: 10000, interval: 20 * time.Second,
+			sizes: []int64{4000, 4000, 4000}, wantEvents: []uint64{12, 13}, wantBytes: 8000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newEventLog(10*time.Second, 4, 64).withBudget(tc.budget)
@@ -179,11 +179,11 @@ func TestEventLogBudget(t *testing.T) {
 
 func TestEventLogPrependBudget(t *testing.T) {
 	now := time.Now()
-	l := newEventLog(time.Minute, 4, 64).withBudget(1000)
+	l := newEventLog(time.Minute, 4, 64).withBudget(10000)
 	l.reset(20)
 	generation := l.resets()
-	l.append(sized(21, now, 500))
-	older := []*event{sized(11, now, 300), sized(12, now, 300), sized(13, now, 200)}
+	l.append(sized(21, now, 5000))
+	older := []*event{sized(11, now, 3000), sized(12, now, 3000), sized(13, now, 2000)}
 	if !l.prepend(older, 10, 20, generation) {
 		t.Fatal("prepend refused")
 	}
@@ -192,7 +192,7 @@ func TestEventLogPrependBudget(t *testing.T) {
 	if since != 11 || !slices.Equal(rvs(events), []uint64{12, 13, 21}) {
 		t.Fatalf("after prepend: since %d, events %v; want since 11, [12 13 21]", since, rvs(events))
 	}
-	if bytes, _ := l.usage(); bytes != 1000 {
-		t.Errorf("bytes = %d, want 1000", bytes)
+	if bytes, _ := l.usage(); bytes != 10000 {
+		t.Errorf("bytes = %d, want 10000", bytes)
 	}
 }

@@ -57,6 +57,7 @@ var benchImpls = []benchImpl{
 		cfg := Config{
 			Storage: raw, GroupResource: schema.GroupResource{Resource: "pods"}, ResourcePrefix: prefix,
 			KeyFunc: benchKeyFunc(prefix), NewFunc: newBenchPod, NewListFunc: newBenchPodList, GetAttrsFunc: podAttrs,
+			Codec: examplev1Blob,
 		}
 		if indexed {
 			cfg.IndexerFuncs, cfg.Indexers = benchIndexes()
@@ -240,7 +241,7 @@ func (f fanOut) run(b *testing.B, e *benchEtcd, s storage.Interface, prefix stri
 		consumers[i] = c
 		cs.consume(b, w, expected, func(ev watch.Event) {
 			now := time.Now().UnixNano()
-			name := ev.Object.(metav1.Object).GetName()
+			name := objectName(ev.Object)
 			idx, _ := strconv.Atoi(strings.TrimPrefix(name, "p-"))
 			c.received[idx] = now
 			if c.slow {

@@ -56,7 +56,7 @@ func TestHistoryBudget(t *testing.T) {
 		if ev.Type != watch.Added {
 			t.Fatalf("watch from a recent resourceVersion: got %s %v", ev.Type, ev.Object)
 		}
-		if name := ev.Object.(metav1.Object).GetName(); name != fmt.Sprintf("p-%d", i) {
+		if name := metaOf(t, ev.Object).GetName(); name != fmt.Sprintf("p-%d", i) {
 			t.Fatalf("got %s, want p-%d", name, i)
 		}
 	}

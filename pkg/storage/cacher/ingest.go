@@ -3,6 +3,7 @@ package cacher
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
@@ -131,9 +133,6 @@ func (c *Cacher) listPage(ctx context.Context, opts storage.ListOptions) ([]*obj
 	if err := c.cfg.Storage.GetList(ctx, c.cfg.ResourcePrefix, opts, list); err != nil {
 		return nil, 0, "", fmt.Errorf("listing %s: %w", c.cfg.GroupResource, err)
 	}
-	if err := exactItems(list); err != nil {
-		return nil, 0, "", err
-	}
 	var objs []*object
 	err := meta.EachListItem(list, func(item runtime.Object) error {
 		o, err := c.newObject(item)
@@ -145,7 +144,6 @@ func (c *Cacher) listPage(ctx context.Context, opts storage.ListOptions) ([]*obj
 	if err != nil {
 		return nil, 0, "", err
 	}
-	rehomeAnnotations(objs)
 	lm, err := meta.ListAccessor(list)
 	if err != nil {
 		return nil, 0, "", err
@@ -188,16 +186,14 @@ func (c *Cacher) ingest(ev watch.Event, decoded time.Time) error {
 	return nil
 }
 
-// newObject computes what the cache keeps for an object.
+// newObject computes what the cache keeps for an object: its bytes and
+// what selectors need. obj is not kept.
 func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
 	key, err := c.cfg.KeyFunc(obj)
 	if err != nil {
 		return nil, fmt.Errorf("key of %T: %w", obj, err)
 	}
-	// Before the attributes, which may share the object's label map.
-	c.intern.object(obj)
-	// The fields are computed again when a selector needs them (presenter).
-	l, _, err := c.cfg.GetAttrsFunc(obj)
+	l, f, err := c.cfg.GetAttrsFunc(obj)
 	if err != nil {
 		return nil, fmt.Errorf("attributes of %s: %w", key, err)
 	}
@@ -209,11 +205,29 @@ func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metadata of %s: %w", key, err)
 	}
-	o := &object{key: key, name: nameIn(key, m.GetName()), obj: obj, labels: l, rv: rv, bytes: approximateSize(obj)}
-	o.hashes[shardByUID] = shardHash(string(m.GetUID()))
-	o.hashes[shardByNamespace] = shardHash(m.GetNamespace())
+	raw, err := c.codec.encode(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s: %w", key, err)
+	}
+	o := &object{key: key, name: nameIn(key, m.GetName()), raw: raw, head: typeHeader(raw), codec: c.codec, rv: rv}
+	if len(l) > 0 {
+		o.labels = c.intern.labels(l)
+	}
 	if c.cfg.TriggerField != "" {
 		o.trigger = c.cfg.IndexerFuncs[c.cfg.TriggerField](obj)
+	}
+	o.fields = c.intern.fields(f, c.cfg.TriggerField)
+	o.hashes[shardByUID] = shardHash(string(m.GetUID()))
+	o.hashes[shardByNamespace] = shardHash(m.GetNamespace())
+	if len(c.indexers) > 0 {
+		o.indexed = make([][]string, len(c.indexers))
+		for i, ix := range c.indexers {
+			values, err := ix.fn(obj)
+			if err != nil {
+				klog.ErrorS(err, "Indexer failed", "index", ix.name, "key", key)
+			}
+			o.indexed[i] = values
+		}
 	}
 	return o, nil
 }
@@ -227,26 +241,38 @@ func nameIn(key, name string) string {
 	return name
 }
 
-// indexFuncs adapts Config.Indexers, plus the trigger field, to the store.
+// namedIndexer is one of Config.Indexers.
+type namedIndexer struct {
+	name string
+	fn   cache.IndexFunc
+}
+
+// extraIndexers returns Config.Indexers but the trigger field's, in a
+// fixed order: the trigger function and the indexer give the same values,
+// and the object keeps the trigger's.
+func (c *Cacher) extraIndexers() []namedIndexer {
+	var out []namedIndexer
+	if c.cfg.Indexers == nil {
+		return nil
+	}
+	for name, fn := range *c.cfg.Indexers {
+		if c.cfg.TriggerField != "" && name == storage.FieldIndex(c.cfg.TriggerField) {
+			continue
+		}
+		out = append(out, namedIndexer{name: name, fn: fn})
+	}
+	slices.SortFunc(out, func(a, b namedIndexer) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// indexFuncs adapts the indexers, and the trigger field, to the store.
 func (c *Cacher) indexFuncs() map[string]func(*object) []string {
 	fns := map[string]func(*object) []string{}
-	if c.cfg.Indexers != nil {
-		for name, fn := range *c.cfg.Indexers {
-			fns[name] = func(o *object) []string {
-				values, err := fn(o.obj)
-				if err != nil {
-					klog.ErrorS(err, "Indexer failed", "index", name, "key", o.key)
-					return nil
-				}
-				return values
-			}
-		}
+	for i, ix := range c.indexers {
+		fns[ix.name] = func(o *object) []string { return o.indexed[i] }
 	}
 	if c.cfg.TriggerField != "" {
-		name := storage.FieldIndex(c.cfg.TriggerField)
-		if _, ok := fns[name]; !ok {
-			fns[name] = func(o *object) []string { return []string{o.trigger} }
-		}
+		fns[storage.FieldIndex(c.cfg.TriggerField)] = func(o *object) []string { return []string{o.trigger} }
 	}
 	return fns
 }

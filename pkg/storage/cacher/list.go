@@ -197,10 +197,16 @@ func (c *Cacher) setItems(ctx context.Context, listObj runtime.Object, objs []*o
 }
 
 // SharingList is a list that takes the cached objects themselves, read-only,
-// instead of copies of them in its Items. A list of 100,000 objects that is
-// only encoded and dropped then costs its server 16 bytes per object rather
-// than a copy of each object's struct for as long as it is written.
-// pkg/registry's lists implement it; a list that does not gets copies.
+// instead of decoded copies of them in its Items. A list of 100,000 objects
+// that is only encoded and dropped then costs its server 16 bytes per
+// object, and no decoding. Each item's DeepCopyObject is its decoded copy,
+// and it implements
+//
+//	ListItem(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (open, rest []byte, ok bool)
+//
+// which returns the item's bytes in a list that encoder writes, if it can
+// (see object.ListItem). pkg/registry's lists implement SharingList; a
+// list that does not gets decoded copies.
 type SharingList interface {
 	runtime.Object
 	// ShareItems hands over the list's objects, in order. The list must
@@ -208,14 +214,14 @@ type SharingList interface {
 	ShareItems(objs []runtime.Object)
 }
 
-// setItems fills a list's Items with objs in one allocation. Items share
-// the cached objects' fields, as upstream's cache does: lists are encoded
-// and dropped, never mutated. A SharingList gets the objects themselves.
+// setItems fills a list's Items with objs. A SharingList gets the
+// objects themselves, whose bytes its response writes; any other list
+// gets decoded copies, as etcd3 fills it.
 func setItems(listObj runtime.Object, objs []*object) error {
 	if l, ok := listObj.(SharingList); ok {
 		shared := make([]runtime.Object, len(objs))
 		for i, o := range objs {
-			shared[i] = o.obj
+			shared[i] = o
 		}
 		l.ShareItems(shared)
 		return nil
@@ -232,7 +238,11 @@ func setItems(listObj runtime.Object, objs []*object) error {
 	items := reflect.MakeSlice(v.Type(), len(objs), len(objs))
 	ptrs := v.Type().Elem().Kind() == reflect.Pointer
 	for i, o := range objs {
-		src := reflect.ValueOf(o.obj)
+		obj, err := o.decode()
+		if err != nil {
+			return err
+		}
+		src := reflect.ValueOf(obj)
 		if !ptrs {
 			src = src.Elem()
 		}

@@ -1,0 +1,169 @@
+package cacher
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// object is one cached object version: its encoded bytes and what
+// selectors need, computed once at ingest. No decoded Go object is kept;
+// what needs one decodes the bytes (decode). Objects are immutable once
+// built, but for co, and shared by the store, snapshots, the event log and
+// every watcher. What else selectors and watchers see of it, the presenter
+// makes when they need it.
+//
+// An object is also what a SharingList receives as an item: a
+// runtime.Object whose DeepCopyObject is the decoded object, and whose
+// ListItem gives its bytes to a list.
+type object struct {
+	key string
+	// name is the object's metadata.name: a substring of key when key ends
+	// in it, as the registry's keys do.
+	name string
+	// raw is the object at its storage version, as Config.Codec encodes it,
+	// resourceVersion set: the bytes a compact JSON response at that
+	// version holds (codec.rawFor tells which responses those are).
+	raw []byte
+	// head is the length of raw's type header, {"kind":…,"apiVersion":…,
+	// which an item of a list does not have; 0 if raw has none.
+	head uint16
+	// codec decodes raw and knows which encoders write it.
+	codec *objectCodec
+	// co is the object's cachingObject while it was sent recently (presenter.caching).
+	co     atomic.Pointer[cachingObject]
+	labels labels.Set
+	// fields are the selectable fields other than the name and the trigger
+	// field, as name and value pairs, shared between objects that have the
+	// same (see interner.fields).
+	fields []string
+	// indexed are the values of Config.Indexers other than the trigger's,
+	// in the order of objectCodec.indexers; nil without such indexers.
+	indexed [][]string
+	rv      uint64
+	// trigger is the value of Config.TriggerField, if any.
+	trigger string
+	// hashes are the shard hashes of the object's UID and namespace.
+	hashes [shardFields]uint64
+}
+
+// objectOverhead is what an object holds beyond its bytes, for the
+// history budget: this struct, its key, its store and log entries.
+const objectOverhead = 300
+
+// size is what the object holds, for the history budget.
+func (o *object) size() int64 { return int64(cap(o.raw)) + objectOverhead }
+
+// decode returns a new decoded copy of the object, which the caller owns.
+func (o *object) decode() (runtime.Object, error) {
+	obj := o.codec.newFunc()
+	if err := o.decodeInto(obj); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// decodeInto decodes the object into into, an object of NewFunc's type.
+func (o *object) decodeInto(into runtime.Object) error {
+	out, _, err := o.codec.codec.Decode(o.raw, nil, into)
+	switch {
+	case err != nil:
+		return fmt.Errorf("decoding the cached %s: %w", o.key, err)
+	case out != into:
+		return fmt.Errorf("decoding the cached %s: got %T, not %T", o.key, out, into)
+	}
+	return nil
+}
+
+// at returns the object with its resourceVersion set to rv: what a
+// watcher that the change at rv moved out of its selector is sent.
+func (o *object) at(v storage.Versioner, rv uint64) (*object, error) {
+	obj, err := o.decode()
+	if err != nil {
+		return nil, err
+	}
+	if err := v.UpdateObject(obj, rv); err != nil {
+		return nil, err
+	}
+	raw, err := o.codec.encode(obj)
+	if err != nil {
+		return nil, err
+	}
+	return &object{key: o.key, name: o.name, raw: raw, head: typeHeader(raw), codec: o.codec, labels: o.labels,
+		fields: o.fields, indexed: o.indexed, rv: rv, trigger: o.trigger, hashes: o.hashes}, nil
+}
+
+// ListItem returns the object as the items of a list encoded by encode,
+// whose identifier is id, hold it: the concatenation of open and rest,
+// without a copy. That is the object's bytes without their type header
+// and their final newline, when that encoder writes the object's bytes,
+// compact JSON at the storage version. ok is false for any other encoder,
+// and the caller encodes a decoded copy (DeepCopyObject).
+func (o *object) ListItem(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (open, rest []byte, ok bool) {
+	if o.head == 0 || !o.codec.rawFor(id, o, encode) {
+		return nil, nil, false
+	}
+	return openBrace, bytes.TrimSuffix(o.raw[o.head:], []byte("\n")), true
+}
+
+var openBrace = []byte("{")
+
+// GetObjectKind implements runtime.Object: a cached object's kind is not
+// held, as a list's items in a typed list do not hold theirs.
+func (o *object) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object: it returns the decoded object,
+// which the caller owns. An object that cannot be decoded, which ingest
+// never keeps, returns nil.
+func (o *object) DeepCopyObject() runtime.Object {
+	obj, err := o.decode()
+	if err != nil {
+		return nil
+	}
+	return obj
+}
+
+// GetObjectMeta implements metav1.ObjectMetaAccessor, for meta.Accessor:
+// the metadata of a decoded copy. An object that cannot be decoded, which
+// ingest never keeps, has empty metadata.
+func (o *object) GetObjectMeta() metav1.Object {
+	if m, err := meta.Accessor(o.DeepCopyObject()); err == nil {
+		return m
+	}
+	return &metav1.ObjectMeta{}
+}
+
+// typeHeader returns the length of raw's type header: the JSON a
+// serializer writes for an object's TypeMeta, which comes first, as in
+// every Kubernetes type; 0 if raw does not begin with one.
+func typeHeader(raw []byte) uint16 {
+	rest, ok := bytes.CutPrefix(raw, []byte(`{"kind":"`))
+	if !ok {
+		return 0
+	}
+	i := bytes.IndexAny(rest, `"\`)
+	if i < 0 || rest[i] != '"' {
+		return 0
+	}
+	rest, ok = bytes.CutPrefix(rest[i+1:], []byte(`,"apiVersion":"`))
+	if !ok {
+		return 0
+	}
+	i = bytes.IndexAny(rest, `"\`)
+	if i < 0 || rest[i] != '"' {
+		return 0
+	}
+	rest, ok = bytes.CutPrefix(rest[i+1:], []byte(`,`))
+	if !ok || len(raw)-len(rest) > 1<<16-1 {
+		return 0
+	}
+	return uint16(len(raw) - len(rest))
+}

@@ -1,0 +1,166 @@
+package cacher
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/apis/example"
+	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// newPodIngest returns a Cacher with only what newObject needs, for pods
+// under /pods/ with the trigger field spec.nodeName and a JSON codec.
+func newPodIngest() *Cacher {
+	cfg := Config{
+		Codec:        codecs.LegacyCodec(examplev1.SchemeGroupVersion),
+		KeyFunc:      func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) },
+		NewFunc:      func() runtime.Object { return &example.Pod{} },
+		GetAttrsFunc: podAttrs,
+		TriggerField: "spec.nodeName",
+		IndexerFuncs: storage.IndexerFuncs{"spec.nodeName": func(obj runtime.Object) string { return obj.(*example.Pod).Spec.NodeName }},
+		Versioner:    storage.APIObjectVersioner{},
+	}
+	return &Cacher{cfg: cfg, intern: newInterner(defaultInternBudget), codec: newObjectCodec(cfg.Codec, cfg.NewFunc)}
+}
+
+// podIngest is the Cacher every test's hand-made pods are ingested by.
+var podIngest = newPodIngest()
+
+// podObject returns pod as ingest keeps it, at /pods/<namespace>/<name>.
+// It panics if ingest fails, which the test's pod decides.
+func podObject(pod *example.Pod) *object {
+	o, err := podIngest.newObject(pod)
+	if err != nil {
+		panic(err)
+	}
+	return o
+}
+
+// decodedPod returns o's pod: o is a cached object, a cachingObject or a pod.
+func decodedPod(t testing.TB, o runtime.Object) *example.Pod {
+	t.Helper()
+	if co, ok := o.(*cachingObject); ok {
+		o = co.GetObject()
+	} else if obj, ok := o.(*object); ok {
+		o = obj.DeepCopyObject()
+	}
+	pod, ok := o.(*example.Pod)
+	if !ok {
+		t.Fatalf("not a pod: %T", o)
+	}
+	return pod
+}
+
+// objectName returns the name of an object a watcher received: a cached
+// object's without decoding it, as a benchmark's consumer must not.
+func objectName(obj runtime.Object) string {
+	if co, ok := obj.(*cachingObject); ok {
+		return co.o.name
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	return m.GetName()
+}
+
+// metaOf returns what meta.Accessor finds of obj, failing the test if nothing.
+func metaOf(t testing.TB, obj runtime.Object) metav1.Object {
+	t.Helper()
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestObjectCodecLearnsEncoders: an encoder that writes an object's bytes
+// is learnt as one, and its later answers are the bytes; any other
+// encoder, even one whose output differs from the bytes in a single field,
+// is not, and the object is encoded for it. (That the bytes themselves are
+// right, TestResponsesFromBytes in test/integration shows against a server
+// without the cache.)
+func TestObjectCodecLearnsEncoders(t *testing.T) {
+	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", ResourceVersion: "7", Labels: map[string]string{"a": "<b>"}},
+		Spec: example.PodSpec{NodeName: "n\u2028"}}
+	json := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
+	yaml := codecs.EncoderForVersion(yamlSerializer(t), examplev1.SchemeGroupVersion)
+	for _, tc := range []struct {
+		name    string
+		id      runtime.Identifier
+		encode  func(runtime.Object, io.Writer) error
+		wantRaw bool
+	}{
+		{name: "the storage codec", id: "json", encode: json.Encode, wantRaw: true},
+		{name: "YAML", id: "yaml", encode: yaml.Encode},
+		{name: "JSON but for the resourceVersion", id: "json-rv", encode: func(obj runtime.Object, w io.Writer) error {
+			p := obj.DeepCopyObject().(*example.Pod)
+			p.ResourceVersion = "6"
+			return json.Encode(p, w)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newPodIngest()
+			o, err := c.newObject(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want bytes.Buffer
+			if err := tc.encode(pod, &want); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				var got bytes.Buffer
+				if err := newCachingObject(o).CacheEncode(tc.id, tc.encode, &got); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got.Bytes(), want.Bytes()) {
+					t.Fatalf("encoding %d: %s, want %s", i, got.Bytes(), want.Bytes())
+				}
+			}
+			if got := c.codec.kind(tc.id) == encoderRaw; got != tc.wantRaw {
+				t.Errorf("learnt as writing the bytes: %v, want %v", got, tc.wantRaw)
+			}
+			if tc.wantRaw {
+				// Learnt, the bytes are the answer: the encoder is not asked.
+				var got bytes.Buffer
+				fail := func(runtime.Object, io.Writer) error { return fmt.Errorf("encoded") }
+				if err := newCachingObject(o).CacheEncode(tc.id, fail, &got); err != nil || !bytes.Equal(got.Bytes(), o.raw) {
+					t.Errorf("after learning: %q, %v; want the bytes", got.Bytes(), err)
+				}
+			}
+		})
+	}
+}
+
+func yamlSerializer(t *testing.T) runtime.Serializer {
+	t.Helper()
+	info, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeYAML)
+	if !ok {
+		t.Fatal("no YAML serializer")
+	}
+	return info.Serializer
+}
+
+// TestTypeHeader: the header of an object's bytes is the kind and
+// apiVersion JSON writes first, and only that.
+func TestTypeHeader(t *testing.T) {
+	for raw, want := range map[string]int{
+		`{"kind":"Pod","apiVersion":"v1","metadata":{}}`: len(`{"kind":"Pod","apiVersion":"v1",`),
+		`{"kind":"Pod","apiVersion":"v1"}`:               0,
+		`{"apiVersion":"v1","kind":"Pod","metadata":{}}`: 0,
+		`{"kind":"P\"od","apiVersion":"v1","a":1}`:       0,
+		`{"metadata":{}}`: 0,
+		"\n\x0a\x02v1":    0,
+	} {
+		if got := typeHeader([]byte(raw)); int(got) != want {
+			t.Errorf("typeHeader(%q) = %d, want %d", raw, got, want)
+		}
+	}
+}

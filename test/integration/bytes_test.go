@@ -1,0 +1,238 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/apitesting/fuzzer"
+	metafuzzer "k8s.io/apimachinery/pkg/apis/meta/fuzzer"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
+	fleetfuzzer "github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/fuzzer"
+	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
+	"github.com/cached-apiserver/cached-apiserver/pkg/apiserver"
+)
+
+// equalityNamespace holds the objects TestResponsesFromBytes writes.
+const equalityNamespace = "bytes"
+
+// TestResponsesFromBytes: the cache keeps each object as its bytes and
+// writes JSON responses at the storage version from them, and decodes for
+// every other. Every response must still be byte for byte what the normal
+// encoders write for the decoded object: a server without the cache over
+// the same etcd, asked the same, is the reference. The objects are written
+// to etcd directly, so that they hold whatever the fuzzer and the edge cases
+// put in them, validation or not: lists, gets and watches (every event
+// type), both versions, JSON, YAML, pretty JSON, Table and
+// PartialObjectMetadata.
+func TestResponsesFromBytes(t *testing.T) {
+	cached := startServer(t, t.TempDir())
+	plain := startServer(t, t.TempDir(), "--etcd-servers", cached.EtcdEndpoint, "--watch-cache=false")
+	etcd := cached.etcdClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	codec := apiserver.Codecs.LegacyCodec(v1beta1.SchemeGroupVersion)
+	put := func(a *fleet.Assignment) int64 {
+		t.Helper()
+		a.Namespace, a.ResourceVersion = equalityNamespace, ""
+		data, err := runtime.Encode(codec, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := etcd.Put(ctx, "/registry/fleet.example.com/assignments/"+equalityNamespace+"/"+a.Name, string(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	start, err := etcd.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := start.Header.Revision
+
+	objs := append(fuzzedAssignments(20), edgeAssignments()...)
+	var rv int64
+	for _, a := range objs {
+		rv = put(a)
+	}
+	// Modified and deleted, for every event type.
+	for _, a := range objs[:5] {
+		a.Spec.Payload += " changed"
+		a.Labels = map[string]string{"changed": "yes"}
+		rv = put(a)
+	}
+	for _, a := range objs[5:8] {
+		resp, err := etcd.Delete(ctx, "/registry/fleet.example.com/assignments/"+equalityNamespace+"/"+a.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rv = resp.Header.Revision
+	}
+	writes := len(objs) + 5 + 3
+
+	accepts := []string{
+		"application/json",
+		"application/yaml",
+		"application/json;as=Table;v=v1;g=meta.k8s.io",
+		"application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
+	}
+	cachedClient, plainClient := httpClient(t, cached.Config), httpClient(t, plain.Config)
+	for _, version := range []string{"v1beta1", "v1alpha1"} {
+		base := "/apis/fleet.example.com/" + version + "/namespaces/" + equalityNamespace + "/assignments"
+		for _, accept := range accepts {
+			// A resourceVersion both servers serve the same state at: the last write's.
+			for _, query := range []string{fmt.Sprintf("?resourceVersion=%d&resourceVersionMatch=NotOlderThan", rv),
+				fmt.Sprintf("?resourceVersion=%d&resourceVersionMatch=NotOlderThan&pretty=true", rv),
+				fmt.Sprintf("?resourceVersion=%d&resourceVersionMatch=NotOlderThan&limit=7", rv)} {
+				sameResponse(t, cachedClient, plainClient, cached.URL, plain.URL, base+query, accept)
+			}
+		}
+		for _, a := range objs[8:] {
+			for _, accept := range []string{"application/json", "application/yaml",
+				"application/json;as=Table;v=v1;g=meta.k8s.io", "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"} {
+				sameResponse(t, cachedClient, plainClient, cached.URL, plain.URL, base+"/"+a.Name, accept)
+			}
+		}
+		for _, accept := range []string{"application/json", "application/json;as=Table;v=v1;g=meta.k8s.io",
+			"application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"} {
+			path := fmt.Sprintf("%s?watch=1&resourceVersion=%d", base, from)
+			got := watchLines(ctx, t, cachedClient, cached.URL+path, accept, writes)
+			want := watchLines(ctx, t, plainClient, plain.URL+path, accept, writes)
+			for i := range want {
+				if !bytes.Equal(got[i], want[i]) {
+					t.Errorf("%s %s, event %d:\n%s", path, accept, i, firstDifference(got[i], want[i]))
+					break
+				}
+			}
+		}
+	}
+}
+
+// fuzzedAssignments returns n Assignments filled by the group's fuzzer,
+// with names of their own.
+func fuzzedAssignments(n int) []*fleet.Assignment {
+	seed := time.Now().UnixNano()
+	f := fuzzer.FuzzerFor(fuzzer.MergeFuzzerFuncs(metafuzzer.Funcs, fleetfuzzer.Funcs), rand.NewSource(seed), apiserver.Codecs)
+	out := make([]*fleet.Assignment, n)
+	for i := range out {
+		a := &fleet.Assignment{}
+		f.Fill(a)
+		a.Name = fmt.Sprintf("fuzzed-%02d", i)
+		out[i] = a
+	}
+	return out
+}
+
+// edgeAssignments are objects whose JSON an encoder may write differently
+// from a naive copy: characters escaped for HTML, U+2028, non-ASCII, empty
+// maps and nil slices, managedFields, a deletionTimestamp.
+func edgeAssignments() []*fleet.Assignment {
+	now := metav1.Unix(1_800_000_000, 0)
+	return []*fleet.Assignment{
+		{ObjectMeta: metav1.ObjectMeta{Name: "html", Annotations: map[string]string{"note": `<b>"a" & 'b'</b>`}},
+			Spec: fleet.AssignmentSpec{AgentName: "agent<1>", Payload: "a\u2028b\u2029c"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "unicode", Labels: map[string]string{"lang": "ja"}},
+			Spec: fleet.AssignmentSpec{AgentName: "agent-é", Payload: "日本語 ünïcödé \x01 \t"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "empty", Labels: map[string]string{}, Annotations: map[string]string{}, Finalizers: nil}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "managed", CreationTimestamp: now, ManagedFields: []metav1.ManagedFieldsEntry{{
+			Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "fleet.example.com/v1beta1",
+			Time: &now, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:payload":{}}}`)}}}},
+			Spec: fleet.AssignmentSpec{AgentName: "agent-m"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "deleting", DeletionTimestamp: &now, Finalizers: []string{"fleet.example.com/keep"},
+			DeletionGracePeriodSeconds: new(int64)}, Spec: fleet.AssignmentSpec{AgentName: "agent-d"}},
+	}
+}
+
+// httpClient is a client for cfg's server that speaks HTTP itself.
+func httpClient(t *testing.T, cfg *rest.Config) *http.Client {
+	t.Helper()
+	c, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// sameResponse asks both servers for path in accept and fails the test
+// unless they answer the same status and bytes.
+func sameResponse(t *testing.T, cachedClient, plainClient *http.Client, cachedURL, plainURL, path, accept string) {
+	t.Helper()
+	gotCode, got := fetch(t, cachedClient, cachedURL+path, accept)
+	wantCode, want := fetch(t, plainClient, plainURL+path, accept)
+	if gotCode != wantCode || !bytes.Equal(got, want) {
+		t.Errorf("%s %s: %d, want %d:\n%s", path, accept, gotCode, wantCode, firstDifference(got, want))
+	}
+}
+
+func fetch(t *testing.T, c *http.Client, url, accept string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", accept)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, body
+}
+
+// watchLines reads n events of a JSON watch, one a line.
+func watchLines(ctx context.Context, t *testing.T, c *http.Client, url, accept string, n int) [][]byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", accept)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("watch %s: %d %s", url, resp.StatusCode, body)
+	}
+	r := bufio.NewReaderSize(resp.Body, 1<<20)
+	out := make([][]byte, 0, n)
+	for len(out) < n {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("watch %s: %d of %d events, then %v", url, len(out), n, err)
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// firstDifference shows where got and want part.
+func firstDifference(got, want []byte) string {
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	from := max(0, i-80)
+	clip := func(b []byte) string { return strings.ToValidUTF8(string(b[from:min(len(b), i+80)]), "?") }
+	return fmt.Sprintf("at byte %d of %d (want %d):\n got: %q\nwant: %q", i, len(got), len(want), clip(got), clip(want))
+}

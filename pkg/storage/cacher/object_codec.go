@@ -3,8 +3,8 @@ package cacher
 import (
 	"bytes"
 	"encoding/json"
-	"strings"
 	"io"
+	"strings"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"

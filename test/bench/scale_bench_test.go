@@ -113,6 +113,10 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	dir := b.TempDir()
 	etcdURL := startScaleEtcd(b, bins, dir)
 	srv := newScaleServer(b, filepath.Join(bins, impl), filepath.Join(dir, "server"), etcdURL)
+	if impl == "ours" {
+		// For an A/B of a flag in one run: SCALE_OURS_ARGS="--flag=value …".
+		srv.args = append(srv.args, strings.Fields(os.Getenv("SCALE_OURS_ARGS"))...)
+	}
 	srv.start(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -144,6 +144,7 @@ func (c *Cacher) listPage(ctx context.Context, opts storage.ListOptions) ([]*obj
 	if err != nil {
 		return nil, 0, "", err
 	}
+	packBytes(objs)
 	lm, err := meta.ListAccessor(list)
 	if err != nil {
 		return nil, 0, "", err

@@ -356,8 +356,13 @@ func serverBinaries(b *testing.B, impls, alts string) []serverBinary {
 // getStream starts a GET of JSON at url and returns its response, failing
 // the benchmark with the server's answer unless it is 200.
 func getStream(ctx context.Context, b *testing.B, hc *http.Client, url string) *http.Response {
+	return getStreamAs(ctx, b, hc, url, "application/json")
+}
+
+// getStreamAs is getStream in the media type accept asks for.
+func getStreamAs(ctx context.Context, b *testing.B, hc *http.Client, url, accept string) *http.Response {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", accept)
 	resp, err := hc.Do(req)
 	if err != nil {
 		b.Fatal(err)

@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -133,17 +134,29 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	b.ReportMetric(float64(heap)/float64(sz.objects), "heap-B/object")
 	b.ReportMetric(float64(rss)/(1<<20), "rss-MiB")
 
-	for _, l := range []struct{ name, query string }{
-		{"consistent", ""},
-		{"rv0", "resourceVersion=0"},
-		{"paged500", "limit=500"},
-		{"label", "labelSelector=group%3Dg3"},
-		{"field", "fieldSelector=spec.agentName%3Dagent-7"},
+	// What kubectl get asks for: a Table, 500 rows a page.
+	const table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+	for _, l := range []struct {
+		name, query, accept, version string
+		// repeats is 20 unless set: a list that decodes every object takes long.
+		repeats int
+	}{
+		{name: "consistent"},
+		{name: "rv0", query: "resourceVersion=0"},
+		{name: "paged500", query: "limit=500"},
+		{name: "label", query: "labelSelector=group%3Dg3"},
+		{name: "field", query: "fieldSelector=spec.agentName%3Dagent-7"},
+		{name: "table500", query: "limit=500", accept: table, repeats: 5},
+		{name: "v1alpha1", version: "v1alpha1", repeats: 5},
 	} {
 		var took []time.Duration
-		for range 20 {
+		u := base
+		if l.version != "" {
+			u = strings.Replace(base, "/v1beta1/", "/"+l.version+"/", 1)
+		}
+		for range cmp.Or(l.repeats, 20) {
 			t0 := time.Now()
-			listAll(ctx, b, hc, base, l.query)
+			listAll(ctx, b, hc, u, l.query, cmp.Or(l.accept, "application/json"))
 			took = append(took, time.Since(t0))
 		}
 		b.ReportMetric(ms(percentile(took, 0.5)), "list-"+l.name+"-p50-ms")
@@ -298,14 +311,14 @@ func get(ctx context.Context, b *testing.B, hc *http.Client, url string) []byte 
 
 // listAll lists with query, following continue tokens, and discards the
 // bytes: the client decodes nothing, so that the 2 cores go to the server.
-func listAll(ctx context.Context, b *testing.B, hc *http.Client, base, query string) {
+func listAll(ctx context.Context, b *testing.B, hc *http.Client, base, query, accept string) {
 	cont := ""
 	for {
 		url := base + "?" + query
 		if cont != "" {
 			url += "&continue=" + cont
 		}
-		resp := getStream(ctx, b, hc, url)
+		resp := getStreamAs(ctx, b, hc, url, accept)
 		// The continue token is in the list's metadata, before the items.
 		br := bufio.NewReaderSize(resp.Body, 64<<10)
 		head, _ := br.Peek(4096)
@@ -346,7 +359,7 @@ func concurrentListsRSS(ctx context.Context, b *testing.B, hc *http.Client, base
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			listAll(ctx, b, hc, base, "")
+			listAll(ctx, b, hc, base, "", "application/json")
 		}()
 	}
 	wg.Wait()

@@ -23,6 +23,11 @@ import (
 // upstream's reflector pages its initial list.
 const listPageSize = 10000
 
+// firstListPage is the size of the first page of the cache's own lists
+// when the rest can be read at once (listSplit): small, so that a list of
+// a few thousand objects is decoded on every CPU too.
+const firstListPage = 1000
+
 // Retry delays after a failed list.
 const (
 	minRetryDelay = 100 * time.Millisecond
@@ -99,6 +104,9 @@ func (c *Cacher) listAt(ctx context.Context, rev uint64) ([]*object, uint64, err
 	opts := storage.ListOptions{
 		Recursive: true,
 		Predicate: storage.SelectionPredicate{Label: labels.Everything(), Field: fields.Everything(), Limit: c.cfg.listPageSize},
+	}
+	if c.cfg.KeyReader != nil {
+		opts.Predicate.Limit = min(opts.Predicate.Limit, firstListPage)
 	}
 	if rev > 0 {
 		opts.ResourceVersion = strconv.FormatUint(rev, 10)

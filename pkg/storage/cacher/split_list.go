@@ -10,28 +10,31 @@ import (
 )
 
 // listSplit reads every object after key after at revision rev, in pages
-// of opts' limit (Config.listPageSize) read at once by as many goroutines
-// as the process has CPUs. The keys, read first without their values (Config.KeyReader), tell
-// where each page starts; each page is a list from the underlying store
-// with a continue token made for its first key.
+// read at once by as many goroutines as the process has CPUs: at least
+// one page per CPU, and pages of at most Config.listPageSize. The keys,
+// read first without their values (Config.KeyReader), tell where each page
+// starts; each page is a list from the underlying store with a continue
+// token made for its first key.
 //
 // The store decodes a page in the goroutine that asks for it, and decoding
 // is most of a start: 4.5 of 6 s at 100,000 objects of 1 KiB, read page
 // after page on one core while the others waited. Upstream's reflector
 // reads its pages one after another.
 func (c *Cacher) listSplit(ctx context.Context, opts storage.ListOptions, rev uint64, after string) ([]*object, error) {
-	var starts []string
-	keys := 0
+	var keys []string
 	if _, err := c.cfg.KeyReader.ReadKeys(ctx, int64(rev), func(key string, _ int64) {
-		if key <= after {
-			return
+		if key > after {
+			keys = append(keys, key)
 		}
-		if int64(keys)%opts.Predicate.Limit == 0 {
-			starts = append(starts, key)
-		}
-		keys++
 	}); err != nil {
 		return nil, fmt.Errorf("listing %s's keys: %w", c.cfg.GroupResource, err)
+	}
+	cpus := goruntime.GOMAXPROCS(0)
+	per := max(1, min(int(c.cfg.listPageSize), (len(keys)+cpus-1)/cpus))
+	opts.Predicate.Limit = int64(per)
+	var starts []string
+	for i := 0; i < len(keys); i += per {
+		starts = append(starts, keys[i])
 	}
 	prefix, err := storage.PrepareKey(c.cfg.ResourcePrefix, c.cfg.ResourcePrefix, true)
 	if err != nil {
@@ -41,7 +44,7 @@ func (c *Cacher) listSplit(ctx context.Context, opts storage.ListOptions, rev ui
 	opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
 	pages := make([][]*object, len(starts))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(goruntime.GOMAXPROCS(0))
+	g.SetLimit(cpus)
 	for i, start := range starts {
 		g.Go(func() error {
 			page := opts
@@ -56,13 +59,13 @@ func (c *Cacher) listSplit(ctx context.Context, opts storage.ListOptions, rev ui
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	objs := make([]*object, 0, keys)
+	objs := make([]*object, 0, len(keys))
 	for _, page := range pages {
 		objs = append(objs, page...)
 	}
 	// Every page is at rev, so together they hold exactly the keys read.
-	if len(objs) != keys {
-		return nil, fmt.Errorf("listing %s at revision %d: %d keys, but %d objects in their pages", c.cfg.GroupResource, rev, keys, len(objs))
+	if len(objs) != len(keys) {
+		return nil, fmt.Errorf("listing %s at revision %d: %d keys, but %d objects in their pages", c.cfg.GroupResource, rev, len(keys), len(objs))
 	}
 	return objs, nil
 }

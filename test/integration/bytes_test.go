@@ -178,15 +178,9 @@ func sameResponse(t *testing.T, cachedClient, plainClient *http.Client, cachedUR
 
 func fetch(t *testing.T, c *http.Client, url, accept string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Accept", accept)
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp := open(ctx, t, c, url, accept)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -195,11 +189,9 @@ func fetch(t *testing.T, c *http.Client, url, accept string) (int, []byte) {
 	return resp.StatusCode, body
 }
 
-// watchLines reads n events of a JSON watch, one a line.
-func watchLines(ctx context.Context, t *testing.T, c *http.Client, url, accept string, n int) [][]byte {
+// open sends a GET for url asking for accept, and returns the response.
+func open(ctx context.Context, t *testing.T, c *http.Client, url, accept string) *http.Response {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -209,6 +201,15 @@ func watchLines(ctx context.Context, t *testing.T, c *http.Client, url, accept s
 	if err != nil {
 		t.Fatal(err)
 	}
+	return resp
+}
+
+// watchLines reads n events of a JSON watch, one a line.
+func watchLines(ctx context.Context, t *testing.T, c *http.Client, url, accept string, n int) [][]byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	resp := open(ctx, t, c, url, accept)
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(resp.Body)

@@ -178,17 +178,8 @@ func (co *cachingObject) GetObject() runtime.Object { return co.o.DeepCopyObject
 
 // GetObjectMeta implements metav1.ObjectMetaAccessor, read-only.
 func (co *cachingObject) GetObjectMeta() metav1.Object {
-	obj, err := co.object()
-	if err != nil {
-		return &metav1.ObjectMeta{}
-	}
-	if m, ok := obj.(metav1.Object); ok {
-		return m
-	}
-	if a, ok := obj.(metav1.ObjectMetaAccessor); ok {
-		return a.GetObjectMeta()
-	}
-	return &metav1.ObjectMeta{}
+	obj, _ := co.object()
+	return metadataOf(obj)
 }
 
 // GetObjectKind implements runtime.Object. A cached object's kind is not

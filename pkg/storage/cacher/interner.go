@@ -48,11 +48,7 @@ func (in *interner) labels(l labels.Set) labels.Set {
 	slices.Sort(keys)
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.key = in.key[:0]
-	for _, k := range keys {
-		in.keyString(k)
-		in.keyString(l[k])
-	}
+	in.setKey(keys, l)
 	if shared, ok := in.labelSets[string(in.key)]; ok {
 		return shared
 	}
@@ -82,11 +78,7 @@ func (in *interner) fields(f fields.Set, trigger string) []string {
 	slices.Sort(names)
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	in.key = in.key[:0]
-	for _, name := range names {
-		in.keyString(name)
-		in.keyString(f[name])
-	}
+	in.setKey(names, f)
 	if shared, ok := in.fieldSets[string(in.key)]; ok {
 		return shared
 	}
@@ -98,6 +90,16 @@ func (in *interner) fields(f fields.Set, trigger string) []string {
 		in.fieldSets[string(in.key)] = shared
 	}
 	return shared
+}
+
+// setKey makes the key spell out the names, in their order, and their
+// values in m.
+func (in *interner) setKey(names []string, m map[string]string) {
+	in.key = in.key[:0]
+	for _, name := range names {
+		in.keyString(name)
+		in.keyString(m[name])
+	}
 }
 
 // keyString appends s to the key, after its length, so that no two

@@ -134,8 +134,12 @@ func (o *object) DeepCopyObject() runtime.Object {
 // GetObjectMeta implements metav1.ObjectMetaAccessor, for meta.Accessor:
 // the metadata of a decoded copy. An object that cannot be decoded, which
 // ingest never keeps, has empty metadata.
-func (o *object) GetObjectMeta() metav1.Object {
-	if m, err := meta.Accessor(o.DeepCopyObject()); err == nil {
+func (o *object) GetObjectMeta() metav1.Object { return metadataOf(o.DeepCopyObject()) }
+
+// metadataOf returns obj's metadata; empty metadata if it has none, or if
+// obj is nil because it could not be decoded.
+func metadataOf(obj runtime.Object) metav1.Object {
+	if m, err := meta.Accessor(obj); err == nil {
 		return m
 	}
 	return &metav1.ObjectMeta{}

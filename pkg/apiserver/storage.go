@@ -109,6 +109,8 @@ func cacheConfig(o WatchCacheOptions) cacher.Config {
 		WarmStartRevisions:       warmStart,
 		HistoryBudget:            budget,
 		Shutdown:                 o.Shutdown,
+		// The storage codec's serializers are Codecs', made from Scheme.
+		Scheme: Scheme,
 		InitialEvents: cacher.NewInitialEventsGate(cacher.InitialEventsGateConfig{Concurrency: o.InitialEventsConcurrency,
 			Foreground: o.Foreground, Share: o.InitialEventsShare, Slice: o.InitialEventsSlice}),
 		Lists: cacher.NewListGate(cacher.ListGateConfig{Concurrency: o.ListConcurrency}),

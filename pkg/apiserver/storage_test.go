@@ -35,6 +35,9 @@ func TestCacheConfig(t *testing.T) {
 			}
 			// A concurrency of 0 is no gate.
 			gates := tc.in.InitialEventsConcurrency > 0
+			if got.Scheme != Scheme {
+				t.Errorf("scheme %p, want the server's, %p", got.Scheme, Scheme)
+			}
 			if !got.PeriodicProgressRequests || (got.InitialEvents != nil) != gates || (got.Lists != nil) != gates {
 				t.Errorf("progress requests %v, initial events gate %v, list gate %v; want true, %v, %v",
 					got.PeriodicProgressRequests, got.InitialEvents != nil, got.Lists != nil, gates, gates)

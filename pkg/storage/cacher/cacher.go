@@ -75,7 +75,7 @@ func New(cfg Config) (*Cacher, error) {
 	c.ready.unready = c.metrics.unready
 	c.metrics.unready.Set(1)
 	c.intern = newInterner(defaultInternBudget)
-	c.codec = newObjectCodec(cfg.Codec, cfg.NewFunc)
+	c.codec = newObjectCodec(cfg.Codec, cfg.Scheme, cfg.NewFunc)
 	c.indexers = c.extraIndexers()
 	c.store = newStore(c.indexFuncs())
 	c.pres = &presenter{trigger: cfg.TriggerField, codec: c.codec}

@@ -73,7 +73,7 @@ func (o *object) decode() (runtime.Object, error) {
 
 // decodeInto decodes the object into into, an object of NewFunc's type.
 func (o *object) decodeInto(into runtime.Object) error {
-	out, _, err := o.codec.codec.Decode(o.raw, nil, into)
+	out, err := o.codec.decode(o, into)
 	switch {
 	case err != nil:
 		return fmt.Errorf("decoding the cached %s: %w", o.key, err)
@@ -149,25 +149,43 @@ func metadataOf(obj runtime.Object) metav1.Object {
 // serializer writes for an object's TypeMeta, which comes first, as in
 // every Kubernetes type; 0 if raw does not begin with one.
 func typeHeader(raw []byte) uint16 {
+	_, _, n := parseTypeHeader(raw)
+	return n
+}
+
+// parseTypeHeader returns the kind and apiVersion of raw's type header and
+// its length, or a length of 0 if raw does not begin with one, or if the
+// header holds an escape.
+func parseTypeHeader(raw []byte) (kind, apiVersion []byte, n uint16) {
 	rest, ok := bytes.CutPrefix(raw, []byte(`{"kind":"`))
 	if !ok {
-		return 0
+		return nil, nil, 0
 	}
-	i := bytes.IndexAny(rest, `"\`)
-	if i < 0 || rest[i] != '"' {
-		return 0
-	}
-	rest, ok = bytes.CutPrefix(rest[i+1:], []byte(`,"apiVersion":"`))
+	kind, rest, ok = cutString(rest)
 	if !ok {
-		return 0
+		return nil, nil, 0
 	}
-	i = bytes.IndexAny(rest, `"\`)
-	if i < 0 || rest[i] != '"' {
-		return 0
+	rest, ok = bytes.CutPrefix(rest, []byte(`,"apiVersion":"`))
+	if !ok {
+		return nil, nil, 0
 	}
-	rest, ok = bytes.CutPrefix(rest[i+1:], []byte(`,`))
+	apiVersion, rest, ok = cutString(rest)
+	if !ok {
+		return nil, nil, 0
+	}
+	rest, ok = bytes.CutPrefix(rest, []byte(`,`))
 	if !ok || len(raw)-len(rest) > 1<<16-1 {
-		return 0
+		return nil, nil, 0
 	}
-	return uint16(len(raw) - len(rest))
+	return kind, apiVersion, uint16(len(raw) - len(rest))
+}
+
+// cutString cuts a JSON string's contents, up to its closing quote, from
+// the front of b; ok is false if it holds an escape or does not end.
+func cutString(b []byte) (s, rest []byte, ok bool) {
+	i := bytes.IndexAny(b, `"\`)
+	if i < 0 || b[i] != '"' {
+		return nil, nil, false
+	}
+	return b[:i], b[i+1:], true
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"testing"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,10 +16,17 @@ import (
 )
 
 // newPodIngest returns a Cacher with only what newObject needs, for pods
-// under /pods/ with the trigger field spec.nodeName and a JSON codec.
+// under /pods/ with the trigger field spec.nodeName and a JSON codec, made
+// from scheme.
 func newPodIngest() *Cacher {
+	return newIngest(codecs.LegacyCodec(examplev1.SchemeGroupVersion), scheme)
+}
+
+// newIngest is newPodIngest's with codec, and s as Config.Scheme.
+func newIngest(codec runtime.Codec, s *runtime.Scheme) *Cacher {
 	cfg := Config{
-		Codec:        codecs.LegacyCodec(examplev1.SchemeGroupVersion),
+		Codec:        codec,
+		Scheme:       s,
 		KeyFunc:      func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) },
 		NewFunc:      func() runtime.Object { return &example.Pod{} },
 		GetAttrsFunc: podAttrs,
@@ -26,7 +34,7 @@ func newPodIngest() *Cacher {
 		IndexerFuncs: storage.IndexerFuncs{"spec.nodeName": func(obj runtime.Object) string { return obj.(*example.Pod).Spec.NodeName }},
 		Versioner:    storage.APIObjectVersioner{},
 	}
-	return &Cacher{cfg: cfg, intern: newInterner(defaultInternBudget), codec: newObjectCodec(cfg.Codec, cfg.NewFunc)}
+	return &Cacher{cfg: cfg, intern: newInterner(defaultInternBudget), codec: newObjectCodec(cfg.Codec, cfg.Scheme, cfg.NewFunc)}
 }
 
 // podIngest is the Cacher every test's hand-made pods are ingested by.
@@ -162,5 +170,51 @@ func TestTypeHeader(t *testing.T) {
 		if got := typeHeader([]byte(raw)); int(got) != want {
 			t.Errorf("typeHeader(%q) = %d, want %d", raw, got, want)
 		}
+	}
+}
+
+// TestDecodeWithScheme: with Config.Scheme the cache decodes its bytes as
+// the storage's codec does, for JSON with a type header, and leaves other
+// bytes (protobuf here) to the codec.
+func TestDecodeWithScheme(t *testing.T) {
+	owned := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "owned", Namespace: "ns", ResourceVersion: "7",
+		// Keys named like the header's after it, as in every owner reference.
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "u"}},
+		Labels:          map[string]string{"a": "<b>&\u2028\"kind\":\"Node\""}, Annotations: map[string]string{"ü": "\u2029"}},
+		Spec: example.PodSpec{NodeName: "n1", Hostname: "é"}}
+	plain := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: "ns", ResourceVersion: "3"}}
+	for _, tc := range []struct {
+		name  string
+		codec runtime.Codec
+	}{
+		{"json", codecs.LegacyCodec(examplev1.SchemeGroupVersion)},
+		{"protobuf", examplev1Blob},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			withScheme, codecOnly := newIngest(tc.codec, scheme), newIngest(tc.codec, nil)
+			if (withScheme.codec.decoder != nil) != true || codecOnly.codec.decoder != nil {
+				t.Fatalf("decoder made: %v with the scheme, %v without", withScheme.codec.decoder != nil, codecOnly.codec.decoder != nil)
+			}
+			for _, pod := range []*example.Pod{owned, plain} {
+				o, err := withScheme.newObject(pod)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if json := tc.name == "json"; (o.head > 0) != json {
+					t.Fatalf("%s: header %d; want one: %v", pod.Name, o.head, json)
+				}
+				fast, err := o.decode()
+				if err != nil {
+					t.Fatal(err)
+				}
+				slow, _, err := tc.codec.Decode(o.raw, nil, &example.Pod{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !apiequality.Semantic.DeepEqual(fast, slow) || !apiequality.Semantic.DeepEqual(fast, pod) {
+					t.Errorf("%s: decoded with the scheme\n%#v\nwith the codec\n%#v\ningested\n%#v", pod.Name, fast, slow, pod)
+				}
+			}
+		})
 	}
 }

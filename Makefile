@@ -33,9 +33,9 @@ kube-apiserver:
 	hack/build-kube-apiserver.sh
 
 ## test: every unit and integration test, with -race on the watch cache, and
-## the short fault suite: leader loss against our server and the upstream-wired
-## one, a 15 s blackhole against ours, and one injected cache bug the harness
-## must catch (about 2 minutes).
+## the fault suite: every scenario against our server, leader loss, replica
+## killed and the rolling restart against the upstream-wired one too, and
+## one injected cache bug the harness must catch (about 4 minutes).
 test: test-unit test-race test-integration test-faults test-examples
 
 test-unit:

@@ -81,3 +81,10 @@ func copyAndClose(c *proxyConn, dst, src net.Conn) {
 }
 
 func (b *balancer) close() { _ = b.ln.Close() }
+
+// drop stops sending new connections to backend i; open ones stay.
+func (b *balancer) drop(i int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.backends = append(b.backends[:i:i], b.backends[i+1:]...)
+}

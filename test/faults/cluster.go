@@ -33,8 +33,9 @@ type cluster struct {
 	truthClient *clientv3.Client
 }
 
-// startCluster starts n members and waits until they have a leader.
-func startCluster(tb testing.TB, etcdBin, dir string, n int) *cluster {
+// startCluster starts n members, each with etcd's flags for loopback and
+// extra, and waits until they have a leader.
+func startCluster(tb testing.TB, etcdBin, dir string, n int, extra ...string) *cluster {
 	tb.Helper()
 	members, err := loopbacketcd.NewMembers(dir, n)
 	if err != nil {
@@ -46,7 +47,7 @@ func startCluster(tb testing.TB, etcdBin, dir string, n int) *cluster {
 	c := &cluster{members: members}
 	for _, m := range members {
 		c.procs = append(c.procs, startProcess(tb, "etcd-"+m.Name, filepath.Join(dir, m.Name+".log"), etcdBin, nil,
-			loopbacketcd.Args(m, members)...))
+			append(loopbacketcd.Args(m, members), extra...)...))
 	}
 	endpoints := make([]string, n)
 	for i, m := range members {

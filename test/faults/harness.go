@@ -218,7 +218,7 @@ func setUp(t *testing.T, sc scenario, impl, injected string) *env {
 	if len(e.serverMembers) == 0 {
 		e.serverMembers = []int{0}
 	}
-	e.cluster = startCluster(t, bins.etcd, filepath.Join(e.dir, "etcd"), members)
+	e.cluster = startCluster(t, bins.etcd, filepath.Join(e.dir, "etcd"), members, sc.etcdArgs...)
 	var err error
 	var serverURLs []string
 	for i, m := range e.cluster.members {

@@ -2,8 +2,14 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // scenario is one fault, bounded in time, and the topology it needs.
@@ -14,6 +20,8 @@ type scenario struct {
 	// serverMembers are the members the server's --etcd-servers lists,
 	// each through its proxy; empty means the first.
 	serverMembers []int
+	// etcdArgs are extra flags for every member.
+	etcdArgs []string
 	// fault injects the fault and returns once it has healed.
 	fault func(ctx context.Context, e *env) error
 	// replicas is how many API servers run; 0 means 1. With several, a
@@ -45,6 +53,7 @@ var scenarios = []scenario{
 	{name: "defragment", fault: defragment},
 	{name: "server restart", fault: serverRestart, serverGoes: true},
 	{name: "stalled client", fault: stalledClient},
+	{name: "etcd out of space", etcdArgs: []string{"--quota-backend-bytes", strconv.Itoa(noSpaceQuota)}, fault: outOfSpace},
 
 	// Replicas over a 3-member cluster, every server listing every member.
 	{name: "replica killed", members: 3, serverMembers: []int{0, 1, 2}, replicas: 2,
@@ -224,3 +233,69 @@ func rollingRestart(ctx context.Context, e *env) error {
 	}
 	return nil
 }
+
+// noSpaceQuota is the out-of-space scenario's etcd quota: a few times what
+// the run's own objects take, so that filling it is quick. etcd measures
+// its file, which grows ahead of what it holds: NOSPACE came after 61 MiB
+// of values in one run.
+const noSpaceQuota = 32 << 20
+
+// outOfSpace fills etcd, outside the API's prefix, until it raises the
+// NOSPACE alarm, and keeps it so for 5 s while the writer goes on: every
+// write must fail with a Status that names the cause. Then it heals as an
+// operator does (etcd's maintenance guide): delete what filled it, compact,
+// defragment, disarm.
+func outOfSpace(ctx context.Context, e *env) error {
+	c := e.cluster.client
+	filler := strings.Repeat("x", 512<<10)
+	var n int
+	for ; ; n++ {
+		if n > 4*noSpaceQuota/len(filler) {
+			return fmt.Errorf("etcd accepted %d values of %d bytes without raising NOSPACE", n, len(filler))
+		}
+		_, err := c.Put(ctx, fmt.Sprintf("/filler/%04d", n), filler)
+		if errors.Is(err, rpctypes.ErrNoSpace) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("filling etcd: %w", err)
+		}
+	}
+	e.notef("NOSPACE after %d values of %d KiB", n, len(filler)>>10)
+	noSpaceFrom, _ := e.writer.failedWith(noSpaceMessage)
+	hold(ctx, 5*time.Second)
+	if failed, example := e.writer.failedWith(noSpaceMessage); failed == noSpaceFrom {
+		return fmt.Errorf("no write failed naming the cause (%q) while etcd was out of space", noSpaceMessage)
+	} else {
+		e.notef("%d writes failed while out of space, e.g. %s", failed-noSpaceFrom, example)
+	}
+	if _, err := c.Delete(ctx, "/filler/", clientv3.WithPrefix()); err != nil {
+		return fmt.Errorf("deleting the filler: %w", err)
+	}
+	resp, err := c.Get(ctx, "/health")
+	if err != nil {
+		return err
+	}
+	if _, err := c.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		return fmt.Errorf("compacting: %w", err)
+	}
+	for i := range e.cluster.members {
+		if err := e.cluster.defragment(ctx, i); err != nil {
+			return fmt.Errorf("defragmenting member %d: %w", i+1, err)
+		}
+	}
+	alarms, err := c.AlarmList(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range alarms.Alarms {
+		if _, err := c.AlarmDisarm(ctx, (*clientv3.AlarmMember)(a)); err != nil {
+			return fmt.Errorf("disarming %s: %w", a.Alarm, err)
+		}
+	}
+	return nil
+}
+
+// noSpaceMessage is etcd's error for a write it refuses when out of space,
+// which the API's Status must carry.
+var noSpaceMessage = rpctypes.ErrNoSpace.Error()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,10 +47,13 @@ type writer struct {
 	live   []string // namespace/name of objects believed to exist
 	ok     int
 	failed map[string]int
+	// messages counts the failures by operation, code and message.
+	messages map[string]int
 }
 
 func newWriter(client versioned.Interface, seed uint64) *writer {
-	return &writer{client: client, rng: rand.New(rand.NewPCG(seed, seed)), failed: map[string]int{}}
+	return &writer{client: client, rng: rand.New(rand.NewPCG(seed, seed)), failed: map[string]int{},
+		messages: map[string]int{}}
 }
 
 // populate creates n objects before the clients start.
@@ -219,6 +223,20 @@ func (w *writer) fail(err error) {
 		code = strconv.Itoa(int(s.Status().Code))
 	}
 	w.failed[op+" "+code]++
+	w.messages[op+" "+code+": "+cause.Error()]++
+}
+
+// failedWith returns how many writes failed with a message holding s, and
+// one of those failures, as operation, code and message.
+func (w *writer) failedWith(s string) (n int, example string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for m, k := range w.messages {
+		if strings.Contains(m, s) {
+			n, example = n+k, m
+		}
+	}
+	return n, example
 }
 
 func (w *writer) record(op string, out *v1beta1.Assignment, err error) error {

@@ -88,3 +88,11 @@ func (b *balancer) drop(i int) {
 	defer b.mu.Unlock()
 	b.backends = append(b.backends[:i:i], b.backends[i+1:]...)
 }
+
+// replace sends the connections backend i would get to addr instead; open
+// ones stay.
+func (b *balancer) replace(i int, addr string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.backends[i] = addr
+}

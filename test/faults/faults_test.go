@@ -82,6 +82,9 @@ func TestFaults(t *testing.T) {
 		}
 	}
 	for _, sc := range scenarios {
+		if sc.long && !*chaos {
+			continue // make chaos runs it
+		}
 		impls := []string{ours, upstream}
 		if !*chaos && !shortScenarios[sc.name] {
 			impls = []string{ours}
@@ -126,6 +129,13 @@ func assertOurs(t *testing.T, sc scenario, r *result) {
 	}
 	if r.readyAgain > readyBound {
 		t.Errorf("/readyz answered 200 %v after the heal, want within %v", r.readyAgain, readyBound)
+	}
+	// Issue 28's bound for the reconnect storm. Its other, the survivor's
+	// writes' p99 within 3× of before, is reported and not asserted: with
+	// the 5,000 streams' client on the same two cores, both servers' writes
+	// wait for the harness (docs/reliability.md).
+	if m := r.storm; m != nil && m.resumed > 5*time.Second {
+		t.Errorf("the watches took %v to resume on the survivor, want within 5s", m.resumed)
 	}
 	if sc.serverGoes {
 		return

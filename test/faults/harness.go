@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
 
@@ -110,6 +111,8 @@ type env struct {
 	// probesMu guards probes, which a fault may add to, and notes.
 	probesMu sync.Mutex
 	notes    []string
+	// storm is what the reconnect storm measured, once it has.
+	storm *stormResult
 }
 
 // notef records what a fault did, for the result.
@@ -262,6 +265,13 @@ func setUp(t *testing.T, sc scenario, impl, injected string) *env {
 		}
 	})
 	if replicas > 1 {
+		if len(sc.balanced) > 0 {
+			var to []string
+			for _, i := range sc.balanced {
+				to = append(to, addrs[i])
+			}
+			addrs = to
+		}
 		if e.balancer, err = newBalancer(addrs); err != nil {
 			t.Fatal(err)
 		}
@@ -294,7 +304,9 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 	defer stopClients()
 	e.clientCtx = clientCtx
 	e.lists = newListLog()
-	clients := make([]versioned.Interface, 10)
+	// Fifty streams share a connection, as many watches of one informer
+	// factory do.
+	clients := make([]versioned.Interface, max(10, sc.streams/50))
 	for i := range clients {
 		clients[i] = e.newClient(sc.clientsTo)
 	}
@@ -363,6 +375,7 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 	healed := time.Now()
 	faultDone()
 	r.notes = append(r.notes, e.notes...)
+	r.storm = e.storm
 	r.unready = <-readyzDone
 
 	atHeal := e.writer.succeeded()
@@ -436,17 +449,26 @@ func (e *env) finish(ctx context.Context, r *result) {
 	if err := e.truth.waitFor(ctx, e.cluster.truthClient, last); err != nil {
 		e.tb.Fatalf("the ground truth never reached %d: %v", last, err)
 	}
-	fresh, err := e.client.FleetV1beta1().Assignments("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		e.tb.Fatalf("final list: %v", err)
+	// A write the writer gave up on when the traffic stopped may still
+	// commit after last: each attempt compares with a list made then.
+	var fresh *v1beta1.AssignmentList
+	relist := func() {
+		var err error
+		if fresh, err = e.client.FleetV1beta1().Assignments("").List(ctx, metav1.ListOptions{}); err != nil {
+			e.tb.Fatalf("final list: %v", err)
+		}
+		e.lists.add(listResult{who: "final list", rv: parseRV(fresh.ResourceVersion), items: itemsOf(fresh.Items), consistent: true, minRV: last})
 	}
-	e.lists.add(listResult{who: "final list", rv: parseRV(fresh.ResourceVersion), items: itemsOf(fresh.Items), consistent: true, minRV: last})
-	want := itemsOf(fresh.Items)
+	relist()
 	for _, inf := range e.informers {
 		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			return diffItems(want, inf.items()) == "", nil
+			if diffItems(itemsOf(fresh.Items), inf.items()) == "" {
+				return true, nil
+			}
+			relist()
+			return diffItems(itemsOf(fresh.Items), inf.items()) == "", nil
 		}); err != nil {
-			r.note(&r.lists, "%s: store differs from a fresh list at %s: %s", inf.name, fresh.ResourceVersion, diffItems(want, inf.items()))
+			r.note(&r.lists, "%s: store differs from a fresh list at %s: %s", inf.name, fresh.ResourceVersion, diffItems(itemsOf(fresh.Items), inf.items()))
 		}
 		r.relists += inf.relists()
 	}

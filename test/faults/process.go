@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -93,4 +95,19 @@ func (p *process) terminate(grace time.Duration) error {
 		p.kill()
 		return fmt.Errorf("%s did not exit within %v of SIGTERM", p.name, grace)
 	}
+}
+
+// peakRSS returns the peak resident set of p's current run (VmHWM).
+func peakRSS(p *process) (int64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM in %s's status", p.name)
 }

@@ -50,10 +50,12 @@ type result struct {
 	// 503 or 504 (or 410 for a compacted continue token): a client cannot
 	// tell when to retry them.
 	unclearErrors int
-	writesOK      int
-	writesFailed  int
-	listErrors    int
-	notes         []string
+	// storm is what the reconnect storm measured; nil in other scenarios.
+	storm        *stormResult
+	writesOK     int
+	writesFailed int
+	listErrors   int
+	notes        []string
 }
 
 func (r *result) notef(format string, args ...any) {

@@ -82,6 +82,8 @@ type stream struct {
 	ends     []connEnd
 	relists  int
 	openErrs int
+	// opened counts the watches opened.
+	opened int
 	// seen is when each key first arrived, for the sentinels.
 	seen map[string]time.Time
 }
@@ -149,6 +151,9 @@ func (s *stream) run(ctx context.Context) {
 			continue
 		}
 		s.addSegment(seg)
+		s.mu.Lock()
+		s.opened++
+		s.mu.Unlock()
 		e := s.consume(ctx, w, seg)
 		w.Stop()
 		s.mu.Lock()
@@ -293,4 +298,11 @@ func (s *stream) seenAt(key string) (time.Time, bool) {
 	defer s.mu.Unlock()
 	at, ok := s.seen[key]
 	return at, ok
+}
+
+// watchesOpened returns how many watches s opened, and how many ended.
+func (s *stream) watchesOpened() (opened, ended int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opened, len(s.ends)
 }

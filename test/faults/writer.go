@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +50,32 @@ type writer struct {
 	failed map[string]int
 	// messages counts the failures by operation, code and message.
 	messages map[string]int
+	// latencies are run's acknowledged writes.
+	latencies []timedWrite
+}
+
+// timedWrite is when a write started and how long it took.
+type timedWrite struct {
+	at   time.Time
+	took time.Duration
+}
+
+// p99 returns the 99th percentile of the latencies of the writes run
+// started in [from, to), and how many there were.
+func (w *writer) p99(from, to time.Time) (time.Duration, int) {
+	w.mu.Lock()
+	var in []time.Duration
+	for _, l := range w.latencies {
+		if !l.at.Before(from) && l.at.Before(to) {
+			in = append(in, l.took)
+		}
+	}
+	w.mu.Unlock()
+	if len(in) == 0 {
+		return 0, 0
+	}
+	slices.Sort(in)
+	return in[min(len(in)-1, len(in)*99/100)], len(in)
 }
 
 func newWriter(client versioned.Interface, seed uint64) *writer {
@@ -76,8 +103,15 @@ func (w *writer) run(ctx context.Context, rate float64) {
 			return
 		case <-tick.C:
 		}
-		if err := w.step(ctx); err != nil && ctx.Err() == nil {
+		start := time.Now()
+		err := w.step(ctx)
+		if err != nil && ctx.Err() == nil {
 			w.fail(err)
+		}
+		if err == nil {
+			w.mu.Lock()
+			w.latencies = append(w.latencies, timedWrite{at: start, took: time.Since(start)})
+			w.mu.Unlock()
 		}
 	}
 }

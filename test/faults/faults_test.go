@@ -137,6 +137,9 @@ func assertOurs(t *testing.T, sc scenario, r *result) {
 	if m := r.storm; m != nil && m.resumed > 5*time.Second {
 		t.Errorf("the watches took %v to resume on the survivor, want within 5s", m.resumed)
 	}
+	if sc.sigterm && r.closedWithoutBookmark > 0 {
+		t.Errorf("%d watch connections asking for bookmarks closed without one first (of %d closed)", r.closedWithoutBookmark, r.endedClosed)
+	}
 	if sc.serverGoes {
 		return
 	}

@@ -43,6 +43,10 @@ type scenario struct {
 	// that even against ours streams end, closed, and resume: its restart.
 	// They must resume without a 410 or a re-list all the same.
 	serverGoes bool
+	// sigterm marks the scenarios where servers go with SIGTERM: every
+	// watch asking for bookmarks then gets one at the head before its
+	// connection closes, so that client-go resumes without a re-list.
+	sigterm bool
 }
 
 // scenarios are every fault of the issue, in its order.
@@ -58,7 +62,7 @@ var scenarios = []scenario{
 	{name: "connection reset", fault: func(_ context.Context, e *env) error { e.proxies[0].reset(); return nil }},
 	{name: "compaction every 100ms", fault: compaction},
 	{name: "defragment", fault: defragment},
-	{name: "server restart", fault: serverRestart, serverGoes: true},
+	{name: "server restart", fault: serverRestart, serverGoes: true, sigterm: true},
 	{name: "stalled client", fault: stalledClient},
 	{name: "etcd out of space", etcdArgs: []string{"--quota-backend-bytes", strconv.Itoa(noSpaceQuota)}, fault: outOfSpace},
 
@@ -66,11 +70,11 @@ var scenarios = []scenario{
 	{name: "replica killed", members: 3, serverMembers: []int{0, 1, 2}, replicas: 2,
 		clientsTo: viaBalancer, writerTo: viaBalancer, fault: killReplica, serverGoes: true},
 	{name: "rolling restart, 500 watches", members: 3, serverMembers: []int{0, 1, 2}, replicas: 3, streams: 500,
-		clientsTo: viaBalancer, writerTo: viaBalancer, fault: rollingRestart, serverGoes: true},
+		clientsTo: viaBalancer, writerTo: viaBalancer, fault: rollingRestart, serverGoes: true, sigterm: true},
 	{name: "reconnect storm, 5,000 watches", members: 3, serverMembers: []int{0, 1, 2}, replicas: 2, streams: 5000,
 		balanced: []int{0}, clientsTo: viaBalancer, writerTo: 1, fault: reconnectStorm, serverGoes: true, long: true},
 	{name: "replica restart, writes through another", members: 3, serverMembers: []int{0, 1, 2}, replicas: 2,
-		clientsTo: 0, writerTo: 1, fault: serverRestart, serverGoes: true},
+		clientsTo: 0, writerTo: 1, fault: serverRestart, serverGoes: true, sigterm: true},
 }
 
 func scenarioNamed(name string) scenario {

@@ -63,6 +63,10 @@ type connEnd struct {
 	reason string
 	at     time.Time
 	msg    string
+	// afterBookmark is whether the last thing the connection delivered,
+	// after its initial state, was a bookmark: what a server shutting down
+	// sends every watch that asked for bookmarks.
+	afterBookmark bool
 }
 
 // stream is one raw HTTP watch client. It behaves as a reflector: list (or
@@ -205,6 +209,7 @@ func (s *stream) list(ctx context.Context) (*segment, error) {
 
 // consume reads one watch connection until it ends.
 func (s *stream) consume(ctx context.Context, w watch.Interface, seg *segment) connEnd {
+	lastBookmark := false
 	for {
 		var ev watch.Event
 		var ok bool
@@ -224,7 +229,7 @@ func (s *stream) consume(ctx context.Context, w watch.Interface, seg *segment) c
 			if ctx.Err() != nil {
 				return connEnd{reason: endCancel, at: now}
 			}
-			return connEnd{reason: endClosed, at: now}
+			return connEnd{reason: endClosed, at: now, afterBookmark: lastBookmark}
 		}
 		if ev.Type == watch.Error {
 			err := apierrors.FromObject(ev.Object)
@@ -249,6 +254,7 @@ func (s *stream) consume(ctx context.Context, w watch.Interface, seg *segment) c
 		case seg.initial != nil && ev.Type == watch.Added:
 			seg.initial[key] = rv
 		default:
+			lastBookmark = ev.Type == watch.Bookmark
 			seg.events = append(seg.events, received{typ: ev.Type, key: key, rv: rv, at: now})
 			seg.last = rv
 			if _, ok := s.seen[key]; !ok && ev.Type != watch.Bookmark {

@@ -28,6 +28,7 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/utils/clock"
 	netutils "k8s.io/utils/net"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
@@ -350,9 +351,16 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		// and its info known; the wait for the client CAs outside the
 		// chain, and the foreground's count outside all, so that a
 		// request counts from its start.
-		return apiserver.WithForeground(authReady.WithAuthenticationReady(
+		chain := apiserver.WithForeground(authReady.WithAuthenticationReady(
 			genericapiserver.DefaultBuildHandlerChain(apiserver.WithWatchLimit(h, maxWatches, c.Serializer), c)),
 			foreground, c.RequestInfoResolver, c.LongRunningFunc)
+		if !c.ShutdownSendRetryAfter {
+			return chain
+		}
+		// Outermost, so that a stopping server's 429 says Retry-After: 1
+		// before the generic chain's says 5.
+		return apiserver.WithShutdownRetryAfter(chain, apiserver.ShutdownRetryAfterConfig{Initiated: c.ShutdownInitiatedNotify(),
+			Delay: c.ShutdownDelayDuration, Serializer: c.Serializer, Clock: clock.RealClock{}})
 	}
 
 	// ServerRun first: the feature options read the max-in-flight limits it sets.

@@ -45,7 +45,9 @@ func TestShutdownRetryAfter(t *testing.T) {
 	clk.Step(5 * time.Second)
 	// The refusals start once the filter's goroutine has seen the delay pass.
 	if err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, wait.ForeverTestTimeout, true,
-		func(context.Context) (bool, error) { return do(watch, "client").Code == http.StatusTooManyRequests, nil }); err != nil {
+		func(context.Context) (bool, error) {
+			return do(watch, "client").Code == http.StatusTooManyRequests, nil
+		}); err != nil {
 		t.Fatal("requests were still served after the shutdown delay")
 	}
 

@@ -504,8 +504,8 @@ func (e *env) validate(r *result) {
 				r.notef("%s ended with %s", s.spec.name, end.msg)
 			case end.reason == endClosed:
 				r.endedClosed++
-				if s.spec.bookmarks && !end.afterBookmark {
-					r.closedWithoutBookmark++
+				if s.spec.bookmarks && end.empty {
+					r.closedEmpty++
 				}
 			}
 		}

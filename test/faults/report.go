@@ -16,10 +16,10 @@ type result struct {
 	// Streams ended, by how. Probes from old resourceVersions are counted
 	// apart: their 410s are what compaction promises.
 	ended410, endedError, endedClosed int
-	// closedWithoutBookmark counts connections of streams that asked for
-	// bookmarks which the server closed without one just before.
-	closedWithoutBookmark int
-	probes, probes410     int
+	// closedEmpty counts connections of streams that asked for bookmarks
+	// which the server closed having delivered nothing.
+	closedEmpty       int
+	probes, probes410 int
 	// relists counts client re-lists: streams' and informers'.
 	relists int
 	// cacheRelists is how often the server's own cache for assignments

@@ -63,10 +63,11 @@ type connEnd struct {
 	reason string
 	at     time.Time
 	msg    string
-	// afterBookmark is whether the last thing the connection delivered,
-	// after its initial state, was a bookmark: what a server shutting down
-	// sends every watch that asked for bookmarks.
-	afterBookmark bool
+	// empty is whether the connection delivered nothing after its initial
+	// state, not even a bookmark: client-go's reflector re-lists after
+	// such a watch if it lasted under a second, and a server shutting down
+	// bookmarks every watch that asked for bookmarks so that none is.
+	empty bool
 }
 
 // stream is one raw HTTP watch client. It behaves as a reflector: list (or
@@ -209,7 +210,7 @@ func (s *stream) list(ctx context.Context) (*segment, error) {
 
 // consume reads one watch connection until it ends.
 func (s *stream) consume(ctx context.Context, w watch.Interface, seg *segment) connEnd {
-	lastBookmark := false
+	delivered := 0
 	for {
 		var ev watch.Event
 		var ok bool
@@ -229,7 +230,7 @@ func (s *stream) consume(ctx context.Context, w watch.Interface, seg *segment) c
 			if ctx.Err() != nil {
 				return connEnd{reason: endCancel, at: now}
 			}
-			return connEnd{reason: endClosed, at: now, afterBookmark: lastBookmark}
+			return connEnd{reason: endClosed, at: now, empty: delivered == 0}
 		}
 		if ev.Type == watch.Error {
 			err := apierrors.FromObject(ev.Object)
@@ -254,7 +255,7 @@ func (s *stream) consume(ctx context.Context, w watch.Interface, seg *segment) c
 		case seg.initial != nil && ev.Type == watch.Added:
 			seg.initial[key] = rv
 		default:
-			lastBookmark = ev.Type == watch.Bookmark
+			delivered++
 			seg.events = append(seg.events, received{typ: ev.Type, key: key, rv: rv, at: now})
 			seg.last = rv
 			if _, ok := s.seen[key]; !ok && ev.Type != watch.Bookmark {

@@ -192,7 +192,7 @@ func TestDecodeWithScheme(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			withScheme, codecOnly := newIngest(tc.codec, scheme), newIngest(tc.codec, nil)
-			if (withScheme.codec.decoder != nil) != true || codecOnly.codec.decoder != nil {
+			if withScheme.codec.decoder == nil || codecOnly.codec.decoder != nil {
 				t.Fatalf("decoder made: %v with the scheme, %v without", withScheme.codec.decoder != nil, codecOnly.codec.decoder != nil)
 			}
 			for _, pod := range []*example.Pod{owned, plain} {

@@ -89,13 +89,13 @@ func runAgents(b *testing.B, impl, bin string, sc agentsScenario) {
 		"--http2-max-streams-per-connection", "1000", "--feature-gates", "ShardedListAndWatch=true")
 	commits := newCommitClock(ctx, b, etcdURL)
 
-	base := runAgentsPhase(ctx, b, cfg, server.Process.Pid, commits, "base", sc, 0)
-	full := runAgentsPhase(ctx, b, cfg, server.Process.Pid, commits, "agents", sc, sc.streams)
+	base := runAgentsPhase(ctx, b, cfg, server.Pid(), commits, "base", sc, 0)
+	full := runAgentsPhase(ctx, b, cfg, server.Pid(), commits, "agents", sc, sc.streams)
 	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("agents-%s-heap.pprof", impl)), full.heap, 0o600)
 	}
-	idleFirst := idleCores(b, server.Process.Pid, time.Minute)
-	idle := idleCores(b, server.Process.Pid, sc.idle)
+	idleFirst := idleCores(b, server.Pid(), time.Minute)
+	idle := idleCores(b, server.Pid(), sc.idle)
 	full.stop()
 	base.stop()
 

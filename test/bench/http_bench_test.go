@@ -4,21 +4,18 @@
 package bench
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,103 +26,34 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/cached-apiserver/cached-apiserver/internal/loopbacketcd"
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
-// TestMain removes the binaries build made: about 275 MB a run, which
-// were left in the temporary directory.
+// TestMain removes the binaries build made: about 275 MB a run.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	testkit.RemoveBuilds()
 	os.Exit(code)
 }
 
-// build compiles etcd, our server and the upstream-wired server once.
+// build compiles etcd, our server and the upstream-wired server once, and
+// returns their directory.
 func build(b *testing.B) string {
-	buildOnce.Do(func() {
-		binDir, buildErr = os.MkdirTemp("", "cached-apiserver-bench")
-		if buildErr != nil {
-			return
-		}
-		for name, pkg := range map[string]string{
-			"etcd": "./test/cmd/etcd", "ours": "./cmd/cached-apiserver", "upstream": "./test/bench/cmd/server-upstream",
-		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, name), pkg)
-			cmd.Dir = "../.."
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("building %s: %v\n%s", pkg, err, out)
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		b.Fatal(buildErr)
-	}
-	return binDir
+	return filepath.Dir(testkit.Build(b, testkit.Etcd, testkit.Ours, testkit.Upstream)[0])
 }
 
-func freePort(b *testing.B) int {
-	port, err := loopbacketcd.FreePort()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return port
+// start runs bin until the benchmark ends, then stops it as SIGTERM does.
+func start(b *testing.B, bin string, args ...string) *testkit.Process {
+	return testkit.StartProcess(b, testkit.ProcessConfig{Bin: bin, Args: args, Grace: 30 * time.Second})
 }
 
-// process is a child process that ends with the benchmark.
-func start(b *testing.B, bin string, args ...string) *exec.Cmd {
-	cmd := exec.Command(bin, args...)
-	// It dies with the benchmark even if the benchmark is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	// The process's log, printed if the benchmark fails.
-	logPath := filepath.Join(b.TempDir(), filepath.Base(bin)+".log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stderr = logFile
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-		logFile.Close()
-		if b.Failed() {
-			if out, err := os.ReadFile(logPath); err == nil {
-				if len(out) > 8<<10 {
-					out = out[len(out)-8<<10:]
-				}
-				b.Logf("%s (pid %d) log, last 8 KiB:\n%s", filepath.Base(bin), cmd.Process.Pid, out)
-			}
-		}
-	})
-	go func() { // drain, so the child never blocks on a full pipe
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-		}
-	}()
-	return cmd
+// startEtcd starts a one-member etcd under dir with extra flags, and
+// returns its client URL.
+func startEtcd(b *testing.B, dir string, extra ...string) string {
+	c := testkit.StartEtcd(b, testkit.EtcdConfig{Bin: filepath.Join(build(b), "etcd"), Dir: filepath.Join(dir, "etcd"), Members: 1, Extra: extra})
+	return c.Endpoints()[0]
 }
 
 // procStats reads a process's CPU time and resident memory from /proc.
@@ -179,17 +107,13 @@ func BenchmarkHTTPWatch(b *testing.B) {
 
 // startWithEtcd starts an etcd of its own and the server bin over it,
 // without max-in-flight limits, with args added, and waits until it serves.
-func startWithEtcd(ctx context.Context, b *testing.B, bin string, args ...string) (server *exec.Cmd, cfg *rest.Config, etcdURL string) {
+func startWithEtcd(ctx context.Context, b *testing.B, bin string, args ...string) (server *testkit.Process, cfg *rest.Config, etcdURL string) {
 	dir := b.TempDir()
-	members, err := loopbacketcd.NewMembers(filepath.Join(dir, "etcd"), 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	start(b, filepath.Join(build(b), "etcd"), loopbacketcd.Args(members[0], members)...)
+	etcdURL = startEtcd(b, dir)
 	server = start(b, bin, append([]string{"--data-dir", filepath.Join(dir, "server"),
-		"--secure-port", strconv.Itoa(freePort(b)), "--etcd-servers", members[0].ClientURL(),
+		"--secure-port", strconv.Itoa(testkit.FreePort(b)), "--etcd-servers", etcdURL,
 		"--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0"}, args...)...)
-	return server, waitServing(ctx, b, filepath.Join(dir, "server", "kubeconfig")), members[0].ClientURL()
+	return server, waitServing(ctx, b, filepath.Join(dir, "server", "kubeconfig")), etcdURL
 }
 
 func runHTTP(b *testing.B, impl string, sc scenario) {
@@ -201,7 +125,7 @@ func runHTTP(b *testing.B, impl string, sc scenario) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_, rssBefore := procStats(b, server.Process.Pid)
+	_, rssBefore := procStats(b, server.Pid())
 
 	perConnection := sc.perConnection
 	var clients []versioned.Interface
@@ -242,7 +166,7 @@ func runHTTP(b *testing.B, impl string, sc scenario) {
 			}
 		}(i, w)
 	}
-	cpuStart, rssWatching := procStats(b, server.Process.Pid)
+	cpuStart, rssWatching := procStats(b, server.Pid())
 	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
 		go profile(ctx, cfg, "profile", filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", impl, sc.streams)))
 	}
@@ -268,7 +192,7 @@ func runHTTP(b *testing.B, impl string, sc scenario) {
 		<-done
 	}
 	elapsed := time.Since(start)
-	cpuEnd, _ := procStats(b, server.Process.Pid)
+	cpuEnd, _ := procStats(b, server.Pid())
 
 	var all []time.Duration
 	for _, l := range latencies {

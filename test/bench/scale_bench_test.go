@@ -10,13 +10,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
-	"github.com/cached-apiserver/cached-apiserver/internal/loopbacketcd"
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
@@ -70,49 +68,38 @@ func BenchmarkScale(b *testing.B) {
 type scaleServer struct {
 	bin  string
 	args []string
-	cmd  *exec.Cmd
+	proc *testkit.Process
 }
 
 // startScaleEtcd starts a one-member etcd under dir with room for the
 // largest data set (8 GiB of backend), and returns its client URL.
-func startScaleEtcd(b *testing.B, bins, dir string) string {
-	members, err := loopbacketcd.NewMembers(filepath.Join(dir, "etcd"), 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	start(b, filepath.Join(bins, "etcd"), append(loopbacketcd.Args(members[0], members), "--quota-backend-bytes", strconv.Itoa(8<<30))...)
-	return members[0].ClientURL()
+func startScaleEtcd(b *testing.B, dir string) string {
+	return startEtcd(b, dir, "--quota-backend-bytes", strconv.Itoa(8<<30))
 }
 
 // newScaleServer is a server on a free port over etcdURL, keeping its
 // certificates and kubeconfig in dataDir, with no bound on requests in
 // flight: the benchmarks measure the cache, not the limits before it.
 func newScaleServer(b *testing.B, bin, dataDir, etcdURL string) *scaleServer {
-	return &scaleServer{bin: bin, args: []string{"--data-dir", dataDir, "--secure-port", strconv.Itoa(freePort(b)),
+	return &scaleServer{bin: bin, args: []string{"--data-dir", dataDir, "--secure-port", strconv.Itoa(testkit.FreePort(b)),
 		"--etcd-servers", etcdURL, "--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0"}}
 }
 
 func (s *scaleServer) start(b *testing.B) {
-	s.cmd = start(b, s.bin, s.args...)
+	s.proc = start(b, s.bin, s.args...)
 }
 
 // stop ends the server as SIGTERM does and waits for it.
 func (s *scaleServer) stop(b *testing.B) {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		_ = s.cmd.Process.Kill()
-		b.Fatal("the server did not stop within a minute of SIGTERM")
+	if err := s.proc.Terminate(time.Minute); err != nil {
+		b.Fatal(err)
 	}
 }
 
 func runScale(b *testing.B, impl string, sz scaleSize) {
 	bins := build(b)
 	dir := b.TempDir()
-	etcdURL := startScaleEtcd(b, bins, dir)
+	etcdURL := startScaleEtcd(b, dir)
 	srv := newScaleServer(b, filepath.Join(bins, impl), filepath.Join(dir, "server"), etcdURL)
 	if impl == "ours" {
 		// For an A/B of a flag in one run: SCALE_OURS_ARGS="--flag=value …".
@@ -130,7 +117,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	base := cfg.Host + "/apis/fleet.example.com/v1beta1/assignments"
 
 	load(ctx, b, client, sz)
-	heap, rss := serverMemory(ctx, b, hc, cfg.Host, srv.cmd.Process.Pid)
+	heap, rss := serverMemory(ctx, b, hc, cfg.Host, srv.proc.Pid())
 	b.ReportMetric(float64(heap)/float64(sz.objects), "heap-B/object")
 	b.ReportMetric(float64(rss)/(1<<20), "rss-MiB")
 
@@ -164,7 +151,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	}
 
 	for _, n := range []int{8, 32} {
-		added, took := concurrentListsRSS(ctx, b, hc, base, srv.cmd.Process.Pid, n)
+		added, took := concurrentListsRSS(ctx, b, hc, base, srv.proc.Pid(), n)
 		b.ReportMetric(float64(added)/float64(rss)*100, fmt.Sprintf("rss-added-%dlists-%%", n))
 		b.ReportMetric(ms(took), fmt.Sprintf("%dlists-all-ms", n))
 	}
@@ -174,7 +161,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	// encodes, for the watchers after, until 10 s pass without a send
 	// (cacher.DefaultEncodingTTL); this is what stays once they went.
 	waitNoEncodings(ctx, b, hc, cfg.Host)
-	heap, _ = serverMemory(ctx, b, hc, cfg.Host, srv.cmd.Process.Pid)
+	heap, _ = serverMemory(ctx, b, hc, cfg.Host, srv.proc.Pid())
 	b.ReportMetric(float64(heap)/float64(sz.objects), "after-watchlists-heap-B/object")
 
 	// A restart: time from the new process to a served consistent list.
@@ -186,7 +173,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	srv.start(b)
 	waitCacheReady(ctx, b, hc, base, sz.objects)
 	b.ReportMetric(ms(time.Since(t0)), "restart-ready-ms")
-	heap, rss = serverMemory(ctx, b, hc, cfg.Host, srv.cmd.Process.Pid)
+	heap, rss = serverMemory(ctx, b, hc, cfg.Host, srv.proc.Pid())
 	b.ReportMetric(float64(heap)/float64(sz.objects), "restarted-heap-B/object")
 	b.ReportMetric(float64(rss)/(1<<20), "restarted-rss-MiB")
 
@@ -196,7 +183,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	srv.args = append(srv.args, "--watch-cache-warm-start-revisions=0")
 	srv.start(b)
 	waitCacheReady(ctx, b, hc, base, sz.objects)
-	heap, _ = serverMemory(ctx, b, hc, cfg.Host, srv.cmd.Process.Pid)
+	heap, _ = serverMemory(ctx, b, hc, cfg.Host, srv.proc.Pid())
 	b.ReportMetric(float64(heap)/float64(sz.objects), "drained-heap-B/object")
 	if dir := os.Getenv("SCALE_HEAP_PROFILES"); dir != "" {
 		// For go tool pprof -diff_base: what each server holds with no history.

@@ -33,10 +33,9 @@ import (
 // watch-lists start, for go tool trace, of BENCH_PROFILE_SECONDS (2).
 func BenchmarkWatchListWrites(b *testing.B) {
 	objects, clients, rounds := envInt("WATCHLIST_OBJECTS", 10_000), envInt("WATCHLIST_CLIENTS", 100), envInt("WATCHLIST_ROUNDS", 3)
-	bins := build(b)
 	impls := serverBinaries(b, "WATCHLIST_IMPLS", "WATCHLIST_ALT")
 	dir := b.TempDir()
-	etcdURL := startScaleEtcd(b, bins, dir)
+	etcdURL := startScaleEtcd(b, dir)
 	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 10 * time.Second})
 	if err != nil {
 		b.Fatal(err)

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,13 +16,14 @@ import (
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/cached-apiserver/cached-apiserver/internal/loopbacketcd"
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 )
 
-// cluster is an etcd cluster of real processes on 127.0.0.1.
+// cluster is an etcd cluster of real processes on 127.0.0.1, with the
+// clients and operations the faults need.
 type cluster struct {
-	members []loopbacketcd.Member
-	procs   []*process
+	*testkit.EtcdCluster
+	tb testing.TB
 	// client reaches every member directly, not through a proxy. It does
 	// not require a leader, so the ground truth's watch survives faults.
 	client *clientv3.Client
@@ -37,22 +36,9 @@ type cluster struct {
 // extra, and waits until they have a leader.
 func startCluster(tb testing.TB, etcdBin, dir string, n int, extra ...string) *cluster {
 	tb.Helper()
-	members, err := loopbacketcd.NewMembers(dir, n)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	c := &cluster{members: members}
-	for _, m := range members {
-		c.procs = append(c.procs, startProcess(tb, "etcd-"+m.Name, filepath.Join(dir, m.Name+".log"), etcdBin, nil,
-			append(loopbacketcd.Args(m, members), extra...)...))
-	}
-	endpoints := make([]string, n)
-	for i, m := range members {
-		endpoints[i] = m.ClientURL()
-	}
+	c := &cluster{tb: tb, EtcdCluster: testkit.StartEtcd(tb, testkit.EtcdConfig{Bin: etcdBin, Dir: dir, Members: n, Extra: extra})}
+	endpoints := c.Endpoints()
+	var err error
 	c.client, err = clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		tb.Fatal(err)
@@ -72,18 +58,18 @@ func startCluster(tb testing.TB, etcdBin, dir string, n int, extra ...string) *c
 }
 
 // kill SIGKILLs member i.
-func (c *cluster) kill(i int) { c.procs[i].kill() }
+func (c *cluster) kill(i int) { c.Procs[i].Kill() }
 
 // restart starts a killed member i again with its data.
-func (c *cluster) restart(i int) error { return c.procs[i].start() }
+func (c *cluster) restart(i int) error { return c.Procs[i].Start() }
 
 // leader returns the index of the member every running member agrees
 // leads, or -1.
 func (c *cluster) leader(ctx context.Context) int {
 	var lead uint64
 	self := map[uint64]int{}
-	for i := range c.members {
-		if !c.procs[i].running() {
+	for i := range c.Members {
+		if !c.Procs[i].Running() {
 			continue
 		}
 		st, err := c.status(ctx, i)
@@ -103,7 +89,7 @@ func (c *cluster) leader(ctx context.Context) int {
 func (c *cluster) status(ctx context.Context, i int) (*clientv3.StatusResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	return c.client.Status(ctx, c.members[i].ClientURL())
+	return c.client.Status(ctx, c.Members[i].ClientURL())
 }
 
 // waitLeader waits until the running members agree on a leader and a
@@ -137,7 +123,7 @@ func (c *cluster) moveLeader(ctx context.Context, to int) error {
 		return err
 	}
 	// MoveLeader must reach the current leader.
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.members[from].ClientURL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Members[from].ClientURL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}
@@ -148,7 +134,7 @@ func (c *cluster) moveLeader(ctx context.Context, to int) error {
 
 // defragment defragments member i.
 func (c *cluster) defragment(ctx context.Context, i int) error {
-	_, err := c.client.Defragment(ctx, c.members[i].ClientURL())
+	_, err := c.client.Defragment(ctx, c.Members[i].ClientURL())
 	return err
 }
 
@@ -177,7 +163,7 @@ func (c *cluster) compactToHead(ctx context.Context) error {
 // than the ground truth, from its metrics.
 func (c *cluster) serverWatchers(ctx context.Context, i int) (int, error) {
 	n, err := c.watchers(ctx, i)
-	if i == len(c.members)-1 {
+	if i == len(c.Members)-1 {
 		n-- // the ground truth's
 	}
 	return n, err
@@ -185,7 +171,7 @@ func (c *cluster) serverWatchers(ctx context.Context, i int) (int, error) {
 
 // watchers returns member i's count of open etcd watchers, from its metrics.
 func (c *cluster) watchers(ctx context.Context, i int) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.members[i].ClientURL()+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Members[i].ClientURL()+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
@@ -202,4 +188,60 @@ func (c *cluster) watchers(ctx context.Context, i int) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("member %d reports no etcd_debugging_mvcc_watcher_total", i)
+}
+
+// replace removes member i from the cluster, stops it, and adds a new
+// member in its place with an empty data directory, as an operator replaces
+// a failed machine (etcd's runtime reconfiguration guide). It returns once
+// the new member serves with the cluster's leader.
+func (c *cluster) replace(ctx context.Context, i int) error {
+	old := c.Members[i]
+	list, err := c.client.MemberList(ctx)
+	if err != nil {
+		return err
+	}
+	var id uint64
+	for _, m := range list.Members {
+		if m.Name == old.Name {
+			id = m.ID
+		}
+	}
+	if id == 0 {
+		return fmt.Errorf("no member named %s", old.Name)
+	}
+	// etcd refuses while a member it would leave has been connected for
+	// less than its health interval (5 s): "unhealthy cluster".
+	// Each attempt has its own timeout: a request that reached a member as
+	// the membership changed can wait for a reply that never comes.
+	var removeErr error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, removeErr = c.client.MemberRemove(actx, id)
+		return removeErr == nil || errors.Is(removeErr, rpctypes.ErrMemberNotFound), nil
+	}); err != nil {
+		return fmt.Errorf("removing %s: %w", old.Name, removeErr)
+	}
+	c.Procs[i].Kill()
+	// The removed member may have led; the rest elect a leader first.
+	if err := c.waitLeader(ctx); err != nil {
+		return err
+	}
+	m := testkit.NewMember(c.tb, c.Config.Dir, old.Name+"r")
+	var addErr error
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, addErr = c.client.MemberAdd(actx, []string{m.PeerURL()})
+		// An attempt that timed out may still have been applied.
+		return addErr == nil || errors.Is(addErr, rpctypes.ErrPeerURLExist), nil
+	}); err != nil {
+		return fmt.Errorf("adding %s: %w", m.Name, addErr)
+	}
+	c.Members[i] = m
+	c.client.SetEndpoints(c.Endpoints()...)
+	c.Procs[i] = c.StartMember(c.tb, m, true)
+	return wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		return c.hasLeader(ctx, i), nil
+	})
 }

@@ -2,13 +2,13 @@ package faults
 
 import (
 	"flag"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
 )
@@ -41,14 +41,8 @@ func record(r *result) {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	dir, err := os.MkdirTemp("", "cached-apiserver-faults")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binDir = dir
 	code := m.Run()
-	os.RemoveAll(dir)
+	testkit.RemoveBuilds()
 	if len(results) > 0 {
 		var b strings.Builder
 		writeTable(&b, results)

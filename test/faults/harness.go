@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
@@ -44,40 +43,13 @@ type binaries struct {
 	etcd, ours, oursFaulty, upstream string
 }
 
-var (
-	// binDir holds the binaries; TestMain creates and removes it.
-	binDir    string
-	buildOnce sync.Once
-	built     binaries
-	buildErr  error
-)
+// oursFaulty is our server with the faultinject tag.
+var oursFaulty = testkit.Target{Name: "ours-faultinject", Package: "./cmd/cached-apiserver", Tags: "faultinject"}
 
-// build compiles etcd, our server, our server with the faultinject tag,
-// and the upstream-wired server from the module at ../.. .
 func build(tb testing.TB) binaries {
 	tb.Helper()
-	buildOnce.Do(func() {
-		dir := binDir
-		built = binaries{etcd: filepath.Join(dir, "etcd"), ours: filepath.Join(dir, "ours"),
-			oursFaulty: filepath.Join(dir, "ours-faultinject"), upstream: filepath.Join(dir, "upstream")}
-		for _, b := range []struct{ out, pkg, tags string }{
-			{built.etcd, "./test/cmd/etcd", ""},
-			{built.ours, "./cmd/cached-apiserver", ""},
-			{built.oursFaulty, "./cmd/cached-apiserver", "faultinject"},
-			{built.upstream, "./test/bench/cmd/server-upstream", ""},
-		} {
-			cmd := exec.Command("go", "build", "-tags", b.tags, "-o", b.out, b.pkg)
-			cmd.Dir = "../.."
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("building %s: %v\n%s", b.pkg, err, out)
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		tb.Fatal(buildErr)
-	}
-	return built
+	p := testkit.Build(tb, testkit.Etcd, testkit.Ours, oursFaulty, testkit.Upstream)
+	return binaries{etcd: p[0], ours: p[1], oursFaulty: p[2], upstream: p[3]}
 }
 
 // env is one run's system: etcd, proxies, the server, and the clients.
@@ -86,13 +58,13 @@ type env struct {
 	dir     string
 	cluster *cluster
 	// proxies stand between the server and each member.
-	proxies []*proxy
+	proxies []*testkit.Proxy
 	// serverMembers are the members each server's --etcd-servers lists.
 	serverMembers []int
 	// servers are the API server replicas; balancer spreads connections
 	// over them when there are several.
 	servers  []*apiServer
-	balancer *balancer
+	balancer *testkit.Balancer
 	// client is the writer's, lister's and final checks' client.
 	client    versioned.Interface
 	truth     *truth
@@ -160,7 +132,7 @@ const viaBalancer = -1
 func (e *env) newClient(target int) versioned.Interface {
 	cfg := rest.CopyConfig(e.servers[0].config)
 	if target == viaBalancer && e.balancer != nil {
-		cfg.Host = "https://" + e.balancer.addr()
+		cfg.Host = "https://" + e.balancer.Addr()
 	} else {
 		cfg.Host = e.servers[max(target, 0)].config.Host
 	}
@@ -224,12 +196,12 @@ func setUp(t *testing.T, sc scenario, impl, injected string) *env {
 	e.cluster = startCluster(t, bins.etcd, filepath.Join(e.dir, "etcd"), members, sc.etcdArgs...)
 	var err error
 	var serverURLs []string
-	for i, m := range e.cluster.members {
-		p, err := newProxy(fmt.Sprintf("127.0.0.1:%d", m.ClientPort))
+	for i, m := range e.cluster.Members {
+		p, err := testkit.NewProxy(fmt.Sprintf("127.0.0.1:%d", m.ClientPort))
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(p.close)
+		t.Cleanup(p.Close)
 		e.proxies = append(e.proxies, p)
 		for _, s := range e.serverMembers {
 			if s == i {
@@ -257,13 +229,6 @@ func setUp(t *testing.T, sc scenario, impl, injected string) *env {
 		e.servers = append(e.servers, s)
 		addrs = append(addrs, strings.TrimPrefix(s.config.Host, "https://"))
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, s := range e.servers {
-				t.Logf("%s's log ends:\n%s", s.proc.name, tail(s.proc.logPath, 40))
-			}
-		}
-	})
 	if replicas > 1 {
 		if len(sc.balanced) > 0 {
 			var to []string
@@ -272,10 +237,10 @@ func setUp(t *testing.T, sc scenario, impl, injected string) *env {
 			}
 			addrs = to
 		}
-		if e.balancer, err = newBalancer(addrs); err != nil {
+		if e.balancer, err = testkit.NewBalancer(addrs); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(e.balancer.close)
+		t.Cleanup(e.balancer.Close)
 	}
 	e.client = e.newClient(sc.writerTo)
 	return e
@@ -553,13 +518,13 @@ const resumeBound = 30 * time.Second
 // server that is not running (a replica lost for good) is not asked.
 func (e *env) readyAgain(ctx context.Context, healed time.Time) time.Duration {
 	s := e.servers[0]
-	if !s.proc.running() {
+	if !s.proc.Running() {
 		return 0
 	}
 	ctx, cancel := context.WithDeadline(ctx, healed.Add(resumeBound))
 	defer cancel()
 	if err := s.waitReady(ctx, ""); err != nil {
-		if !s.proc.running() {
+		if !s.proc.Running() {
 			return 0
 		}
 		return resumeBound + time.Second
@@ -577,12 +542,12 @@ func (e *env) serverMetrics(ctx context.Context, r *result) {
 	read := func(s *apiServer, name string, labels ...string) int {
 		v, err := s.metric(ctx, name, labels...)
 		if err != nil {
-			r.harnessErrors = append(r.harnessErrors, fmt.Sprintf("reading %s's metrics: %v", s.proc.name, err))
+			r.harnessErrors = append(r.harnessErrors, fmt.Sprintf("reading %s's metrics: %v", s.proc.Name(), err))
 		}
 		return int(v)
 	}
 	for _, s := range e.servers {
-		if !s.proc.running() {
+		if !s.proc.Running() {
 			continue
 		}
 		r.cacheRelists += max(read(s, "apiserver_watch_cache_initializations_total", `resource="assignments"`)-1, 0)
@@ -591,14 +556,4 @@ func (e *env) serverMetrics(ctx context.Context, r *result) {
 			r.cacheRewatches += read(s, "cached_apiserver_watch_cache_etcd_watch_restarts_total", `resource="assignments"`)
 		}
 	}
-}
-
-// tail returns the last n lines of a file.
-func tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }

@@ -55,11 +55,12 @@ var scenarios = []scenario{
 	{name: "kill-9 single member", fault: killAndRestart(func(*env) []int { return []int{0} }, 3*time.Second)},
 	{name: "leader loss", members: 3, fault: leaderLoss},
 	{name: "kill the server's member", members: 3, serverMembers: []int{0, 1, 2}, fault: killServersMember},
+	{name: "member replaced", members: 3, serverMembers: []int{0, 1, 2}, fault: memberReplaced},
 	{name: "leader transfer", members: 3, serverMembers: []int{0, 1, 2}, fault: leaderTransfer},
 	{name: "blackhole 2s", fault: blackhole(2 * time.Second)},
 	{name: "blackhole 15s", fault: blackhole(15 * time.Second)},
 	{name: "delay 100±50ms 5s", fault: delay},
-	{name: "connection reset", fault: func(_ context.Context, e *env) error { e.proxies[0].reset(); return nil }},
+	{name: "connection reset", fault: func(_ context.Context, e *env) error { e.proxies[0].Reset(); return nil }},
 	{name: "compaction every 100ms", fault: compaction},
 	{name: "defragment", fault: defragment},
 	{name: "server restart", fault: serverRestart, serverGoes: true, sigterm: true},
@@ -133,7 +134,7 @@ func leaderLoss(ctx context.Context, e *env) error {
 func killServersMember(ctx context.Context, e *env) error {
 	victim, most := 0, -1
 	var counts []int
-	for i := range e.cluster.members {
+	for i := range e.cluster.Members {
 		n, err := e.cluster.serverWatchers(ctx, i)
 		if err != nil {
 			return err
@@ -154,7 +155,7 @@ func leaderTransfer(ctx context.Context, e *env) error {
 		if lead < 0 {
 			return fmt.Errorf("no leader to transfer from")
 		}
-		if err := e.cluster.moveLeader(ctx, (lead+1)%len(e.cluster.members)); err != nil {
+		if err := e.cluster.moveLeader(ctx, (lead+1)%len(e.cluster.Members)); err != nil {
 			return err
 		}
 		hold(ctx, 2*time.Second)
@@ -164,17 +165,17 @@ func leaderTransfer(ctx context.Context, e *env) error {
 
 func blackhole(d time.Duration) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
-		e.proxies[0].blackhole()
+		e.proxies[0].Blackhole()
 		hold(ctx, d)
-		e.proxies[0].heal()
+		e.proxies[0].Heal()
 		return nil
 	}
 }
 
 func delay(ctx context.Context, e *env) error {
-	e.proxies[0].setDelay(100*time.Millisecond, 50*time.Millisecond)
+	e.proxies[0].SetDelay(100*time.Millisecond, 50*time.Millisecond)
 	hold(ctx, 5*time.Second)
-	e.proxies[0].heal()
+	e.proxies[0].Heal()
 	return nil
 }
 
@@ -228,8 +229,8 @@ func stalledClient(ctx context.Context, e *env) error {
 // the kernel's exit, for either server, which made this row 0.05 s or
 // 1.0 s at random (issue 28's "second").
 func killReplica(_ context.Context, e *env) error {
-	e.balancer.drop(0)
-	e.servers[0].proc.kill()
+	e.balancer.Drop(0)
+	e.servers[0].proc.Kill()
 	return nil
 }
 
@@ -292,7 +293,7 @@ func outOfSpace(ctx context.Context, e *env) error {
 	if _, err := c.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 		return fmt.Errorf("compacting: %w", err)
 	}
-	for i := range e.cluster.members {
+	for i := range e.cluster.Members {
 		if err := e.cluster.defragment(ctx, i); err != nil {
 			return fmt.Errorf("defragmenting member %d: %w", i+1, err)
 		}
@@ -331,9 +332,9 @@ func reconnectStorm(ctx context.Context, e *env) error {
 	for i, s := range e.streams {
 		before[i], _ = s.watchesOpened()
 	}
-	e.balancer.replace(0, strings.TrimPrefix(e.servers[1].config.Host, "https://"))
+	e.balancer.Replace(0, strings.TrimPrefix(e.servers[1].config.Host, "https://"))
 	killed := time.Now()
-	e.servers[0].proc.kill()
+	e.servers[0].proc.Kill()
 	// Every stream's watch was on the killed replica: each must open one more.
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		for i, s := range e.streams {
@@ -350,11 +351,34 @@ func reconnectStorm(ctx context.Context, e *env) error {
 	var n, k int
 	m.p99, n = e.writer.p99(killed, killed.Add(max(m.resumed, time.Second)))
 	m.p99Before, k = e.writer.p99(killed.Add(-10*time.Second), killed)
-	if m.peakRSS, err = peakRSS(e.servers[1].proc); err != nil {
+	if m.peakRSS, err = e.servers[1].proc.PeakRSS(); err != nil {
 		return err
 	}
 	e.storm = m
 	e.notef("all %d watches resumed %v after the kill; the survivor's writes' p99 %v during it (%d writes), %v in the 10 s before (%d); its peak RSS %d MiB",
 		len(e.streams), m.resumed.Round(time.Millisecond), m.p99.Round(time.Millisecond), n, m.p99Before.Round(time.Millisecond), k, m.peakRSS>>20)
 	return nil
+}
+
+// memberReplaced replaces the member holding most of the server's etcd
+// watches with a new, empty one, and moves that member's proxy, the
+// server's endpoint, to it. The last member is left alone: the ground
+// truth watches there.
+func memberReplaced(ctx context.Context, e *env) error {
+	victim, most := 0, -1
+	for i := range len(e.cluster.Members) - 1 {
+		n, err := e.cluster.serverWatchers(ctx, i)
+		if err != nil {
+			return err
+		}
+		if n > most {
+			victim, most = i, n
+		}
+	}
+	if err := e.cluster.replace(ctx, victim); err != nil {
+		return err
+	}
+	e.proxies[victim].Retarget(strings.TrimPrefix(e.cluster.Members[victim].ClientURL(), "http://"))
+	e.notef("replaced member %d (%d of the server's etcd watchers) with %s", victim+1, most, e.cluster.Members[victim].Name)
+	return e.cluster.waitLeader(ctx)
 }

@@ -12,12 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/cached-apiserver/cached-apiserver/internal/loopbacketcd"
 )
 
 // The servers a scenario runs against.
@@ -36,7 +35,7 @@ const consistencyCheckInterval = "5s"
 // standalone mode over external etcd.
 type apiServer struct {
 	impl string
-	proc *process
+	proc *testkit.Process
 	// config reaches the server as its admin, from the kubeconfig it writes.
 	config *rest.Config
 	raw    *rest.RESTClient
@@ -52,10 +51,7 @@ func startServer(tb testing.TB, impl, bin, dir string, etcdServers []string, env
 			tb.Fatal(err)
 		}
 	}
-	port, err := loopbacketcd.FreePort()
-	if err != nil {
-		tb.Fatal(err)
-	}
+	port := testkit.FreePort(tb)
 	args := []string{
 		"--data-dir", dir,
 		"--secure-port", strconv.Itoa(port),
@@ -68,18 +64,19 @@ func startServer(tb testing.TB, impl, bin, dir string, etcdServers []string, env
 		tb.Fatal(err)
 	}
 	s := &apiServer{impl: impl}
-	s.proc = startProcess(tb, impl+"-"+filepath.Base(dir), filepath.Join(dir, "server.log"), bin, env, args...)
+	s.proc = testkit.StartProcess(tb, testkit.ProcessConfig{Name: impl + "-" + filepath.Base(dir), LogPath: filepath.Join(dir, "server.log"),
+		Bin: bin, Env: env, Args: args})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := s.waitReady(ctx, filepath.Join(dir, "kubeconfig")); err != nil {
-		tb.Fatalf("%s never became ready: %v (log: %s)", impl, err, s.proc.logPath)
+		tb.Fatalf("%s never became ready: %v (log: %s)", impl, err, s.proc.LogPath())
 	}
 	return s
 }
 
 func (s *apiServer) waitReady(ctx context.Context, kubeconfig string) error {
 	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		if !s.proc.running() {
+		if !s.proc.Running() {
 			return false, fmt.Errorf("%s exited", s.impl)
 		}
 		if s.config == nil {
@@ -113,10 +110,10 @@ func (s *apiServer) readyz(ctx context.Context) int {
 // restart stops the server with SIGTERM, as a rolling update does, and
 // starts it again on the same port and data.
 func (s *apiServer) restart(ctx context.Context) error {
-	if err := s.proc.terminate(time.Minute); err != nil {
+	if err := s.proc.Terminate(time.Minute); err != nil {
 		return err
 	}
-	if err := s.proc.start(); err != nil {
+	if err := s.proc.Start(); err != nil {
 		return err
 	}
 	return s.waitReady(ctx, "")
@@ -160,7 +157,7 @@ func (s *apiServer) metric(ctx context.Context, name string, labels ...string) (
 		return 0, err
 	}
 	if !found {
-		return 0, fmt.Errorf("%s serves no metric %s", s.proc.name, name)
+		return 0, fmt.Errorf("%s serves no metric %s", s.proc.Name(), name)
 	}
 	return sum, nil
 }

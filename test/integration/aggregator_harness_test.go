@@ -39,6 +39,7 @@ import (
 	aggregatoropenapi "k8s.io/kube-aggregator/pkg/generated/openapi"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/pki"
 )
 
@@ -150,7 +151,7 @@ func startAggregated(t *testing.T) *aggregatedServer {
 // behind the APIService's Service. With more than one they share an etcd
 // and the Service resolves to a balancer over them, as kube-proxy spreads
 // a Service's endpoints.
-func startAggregatedReplicas(t *testing.T, n int, flags ...string) (*aggregatedServer, *balancer) {
+func startAggregatedReplicas(t *testing.T, n int, flags ...string) (*aggregatedServer, *testkit.Balancer) {
 	t.Helper()
 	dir := t.TempDir()
 	manifests := renderManifests(t, filepath.Join(dir, "manifests"))
@@ -190,12 +191,16 @@ func startAggregatedReplicas(t *testing.T, n int, flags ...string) (*aggregatedS
 		backendLns = append(backendLns, ln)
 		backendAddrs = append(backendAddrs, ln.Addr().String())
 	}
-	var lb *balancer
+	var lb *testkit.Balancer
 	backendURL := &url.URL{Scheme: "https", Host: backendAddrs[0]}
 	var sharedEtcd []string
 	if n > 1 {
-		lb = newBalancer(t, backendAddrs)
-		backendURL.Host = lb.ln.Addr().String()
+		var err error
+		if lb, err = testkit.NewBalancer(backendAddrs); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(lb.Close)
+		backendURL.Host = lb.Addr()
 		sharedEtcd = []string{"--etcd-servers", strings.Join(testserver.RunEtcd(t, nil).Endpoints(), ",")}
 	}
 
@@ -223,9 +228,6 @@ func startAggregatedReplicas(t *testing.T, n int, flags ...string) (*aggregatedS
 		inst, stop := runServer(t, ln, args)
 		etcdEndpoint = inst.EtcdEndpoints[0]
 		replicas = append(replicas, replica{addr: ln.Addr().String(), args: args, stop: stop})
-		if lb != nil {
-			lb.stops = append(lb.stops, stop)
-		}
 	}
 
 	front := &testServer{Addr: aggLn.Addr().String(), URL: aggURL, Kubeconfig: kubeconfig, EtcdEndpoint: etcdEndpoint}

@@ -13,11 +13,9 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,6 +36,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 	"github.com/cached-apiserver/cached-apiserver/pkg/pki"
 )
@@ -141,34 +140,34 @@ func startControlPlane(t *testing.T, namespaces ...string) *controlPlane {
 	// The service-account signing key; the public half is derived from it.
 	_, saKey := issue(t, cp.clientCA, pki.Client("unused"), dir, "service-account")
 
-	port := freePort(t)
+	port := testkit.FreePort(t)
 	cp.kasURL = "https://127.0.0.1:" + strconv.Itoa(port)
 	etcd := testserver.RunEtcd(t, nil)
-	runProcess(t, filepath.Join(dir, "kube-apiserver.log"), bin,
-		"--etcd-servers="+strings.Join(etcd.Endpoints(), ","),
+	testkit.StartProcess(t, testkit.ProcessConfig{Bin: bin, LogPath: filepath.Join(dir, "kube-apiserver.log"), Grace: 30 * time.Second, Args: []string{
+		"--etcd-servers=" + strings.Join(etcd.Endpoints(), ","),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--tls-cert-file="+servingCert,
-		"--tls-private-key-file="+servingKey,
-		"--client-ca-file="+clientCAFile,
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + servingCert,
+		"--tls-private-key-file=" + servingKey,
+		"--client-ca-file=" + clientCAFile,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+saKey,
-		"--service-account-signing-key-file="+saKey,
+		"--service-account-key-file=" + saKey,
+		"--service-account-signing-key-file=" + saKey,
 		"--service-cluster-ip-range=10.96.0.0/24",
 		"--authorization-mode=Node,RBAC",
-		"--requestheader-client-ca-file="+frontProxyCAFile,
-		"--requestheader-allowed-names="+frontProxyUser,
+		"--requestheader-client-ca-file=" + frontProxyCAFile,
+		"--requestheader-allowed-names=" + frontProxyUser,
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--requestheader-uid-headers=X-Remote-Uid",
-		"--proxy-client-cert-file="+proxyCert,
-		"--proxy-client-key-file="+proxyKey,
+		"--proxy-client-cert-file=" + proxyCert,
+		"--proxy-client-key-file=" + proxyKey,
 		// No kube-proxy or nodes: the kubernetes Service's endpoints would
 		// point at loopback, which nothing here needs.
 		"--endpoint-reconciler-type=none",
-	)
+	}})
 
 	cp.Front = &testServer{Addr: "127.0.0.1:" + strconv.Itoa(port), URL: cp.kasURL,
 		Kubeconfig: cp.userKubeconfig(t, "harness-admin", user.SystemPrivilegedGroup)}
@@ -455,64 +454,6 @@ func (h headers) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Header.Add("X-Remote-Group", g)
 	}
 	return h.rt.RoundTrip(req)
-}
-
-// runProcess starts bin with args, its output in logPath, and stops it by
-// its PID when the test ends. The log is printed if the test failed.
-func runProcess(t *testing.T, logPath, bin string, args ...string) {
-	t.Helper()
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// If the test binary is killed, cleanups do not run: the kernel ends
-	// the process instead of leaving it behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		logFile.Close()
-		if t.Failed() {
-			if out, err := os.ReadFile(logPath); err == nil {
-				t.Logf("%s log (last 8 KiB):\n%s", filepath.Base(bin), tail(out, 8<<10))
-			}
-		}
-	})
-}
-
-func tail(b []byte, n int) []byte {
-	if len(b) <= n {
-		return b
-	}
-	b = b[len(b)-n:]
-	if i := bytes.IndexByte(b, '\n'); i >= 0 {
-		b = b[i+1:]
-	}
-	return b
-}
-
-// freePort returns a loopback port that was free a moment ago, for a
-// process that must be told its port.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func mustGlob(t *testing.T, pattern string) []string {

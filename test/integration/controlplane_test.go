@@ -30,6 +30,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/utils/ptr"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
@@ -585,7 +586,7 @@ func TestControlPlaneCatchesInjectedBugs(t *testing.T) {
 	cmd.Env = append(os.Environ(), injectEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err == nil {
-		t.Fatalf("TestControlPlane passed against a misconfigured server:\n%s", tail(out, 8<<10))
+		t.Fatalf("TestControlPlane passed against a misconfigured server:\n%s", testkit.Tail(out, 8<<10))
 	}
 	for _, want := range []string{
 		"--- FAIL: TestControlPlane/rbac",
@@ -603,6 +604,6 @@ func TestControlPlaneCatchesInjectedBugs(t *testing.T) {
 		}
 	}
 	if t.Failed() {
-		t.Logf("output (last 16 KiB):\n%s", tail(out, 16<<10))
+		t.Logf("output (last 16 KiB):\n%s", testkit.Tail(out, 16<<10))
 	}
 }

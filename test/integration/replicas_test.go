@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 )
 
@@ -35,17 +36,17 @@ import (
 func TestAggregatedReplicaLoss(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		lose      func(lb *balancer, i int)
+		lose      func(a *aggregatedServer, lb *testkit.Balancer, i int)
 		wantSyncs int32
 	}{
-		{"stopped", func(lb *balancer, i int) { lb.stops[i]() }, 1},
-		{"killed", func(lb *balancer, i int) { lb.lose(i) }, 2},
+		{"stopped", func(a *aggregatedServer, _ *testkit.Balancer, i int) { a.replicas[i].stop() }, 1},
+		{"killed", func(_ *aggregatedServer, lb *testkit.Balancer, i int) { lb.Lose(i) }, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) { testReplicaLoss(t, tc.lose, tc.wantSyncs) })
 	}
 }
 
-func testReplicaLoss(t *testing.T, lose func(*balancer, int), wantSyncs int32) {
+func testReplicaLoss(t *testing.T, lose func(*aggregatedServer, *testkit.Balancer, int), wantSyncs int32) {
 	a, lb := startAggregatedReplicas(t, 2)
 	s := a.Front
 	const ns = "replica-loss"
@@ -134,7 +135,7 @@ func testReplicaLoss(t *testing.T, lose func(*balancer, int), wantSyncs int32) {
 		}
 	}
 
-	lose(lb, lb.busiest())
+	lose(a, lb, lb.Busiest())
 	for i := 0; i < 5; i++ {
 		create(fmt.Sprintf("after-%d", i))
 	}

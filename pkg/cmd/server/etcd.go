@@ -2,16 +2,15 @@ package server
 
 import (
 	"fmt"
-	"net"
-	"net/url"
 	"path/filepath"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/klog/v2"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/embedetcd"
 )
 
 // EmbeddedEtcdOptions configures the etcd the server starts when no
@@ -87,58 +86,24 @@ func (e embeddedEtcd) Close() {
 // start runs etcd with its data in dataDir/etcd and returns it once it
 // serves. The caller closes it after the API server has shut down.
 func (o *EmbeddedEtcdOptions) start(dataDir string) (embeddedEtcd, error) {
-	cfg := embed.NewConfig()
-	cfg.Name = "cached-apiserver"
-	cfg.Dir = filepath.Join(dataDir, "etcd")
-	cfg.LogLevel = o.LogLevel
 	stopping := &atomic.Bool{}
 	logger, err := etcdLogger(o.LogLevel, stopping)
 	if err != nil {
 		return embeddedEtcd{}, fmt.Errorf("embedded etcd logger: %w", err)
 	}
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
-	cfg.QuotaBackendBytes = o.QuotaBackendBytes
-	cfg.WatchProgressNotifyInterval = o.ProgressNotifyInterval
-	// The API server compacts (--etcd-compaction-interval), as it does with any etcd.
-	cfg.AutoCompactionRetention = "0"
-
-	clientPort := o.ClientPort
-	if clientPort == 0 {
-		if clientPort, err = freePort(); err != nil {
-			return embeddedEtcd{}, err
-		}
-	}
-	peerPort, err := freePort()
+	dir := filepath.Join(dataDir, "etcd")
+	started, endpoint, err := embedetcd.Start(embedetcd.Config{
+		Name:                   "cached-apiserver",
+		Dir:                    dir,
+		ClientPort:             o.ClientPort,
+		LogLevel:               o.LogLevel,
+		Logger:                 logger,
+		QuotaBackendBytes:      o.QuotaBackendBytes,
+		ProgressNotifyInterval: o.ProgressNotifyInterval,
+	})
 	if err != nil {
-		return embeddedEtcd{}, err
+		return embeddedEtcd{}, fmt.Errorf("embedded etcd: %w", err)
 	}
-	clientURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(clientPort))}
-	peerURL := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{clientURL}, []url.URL{clientURL}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peerURL}, []url.URL{peerURL}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-
-	started, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return embeddedEtcd{}, fmt.Errorf("starting embedded etcd in %s: %w", cfg.Dir, err)
-	}
-	e := embeddedEtcd{Etcd: started, stopping: stopping}
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(time.Minute):
-		e.Close()
-		return embeddedEtcd{}, fmt.Errorf("embedded etcd in %s did not become ready within a minute", cfg.Dir)
-	}
-	klog.InfoS("Embedded etcd is serving", "endpoint", clientURL.String(), "dataDir", cfg.Dir)
-	return e, nil
-}
-
-// freePort asks the kernel for a free loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	klog.InfoS("Embedded etcd is serving", "endpoint", endpoint, "dataDir", dir)
+	return embeddedEtcd{Etcd: started, stopping: stopping}, nil
 }

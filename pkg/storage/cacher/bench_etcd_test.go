@@ -16,7 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/klog/v2"
 
-	"github.com/cached-apiserver/cached-apiserver/internal/loopbacketcd"
+	"github.com/cached-apiserver/cached-apiserver/internal/embedetcd"
 )
 
 // benchEtcdEnv, set in the environment, makes this test binary run an etcd
@@ -109,7 +109,7 @@ func newBenchEtcd(b *testing.B) *benchEtcd {
 // runBenchEtcd is the child: an etcd on free loopback ports in dir, until
 // stdin closes. It prints "ready <client URL>" once it serves.
 func runBenchEtcd(dir string) int {
-	e, endpoint, err := loopbacketcd.Start(dir, 0, 0)
+	e, endpoint, err := embedetcd.Start(embedetcd.Config{Dir: dir, Throwaway: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

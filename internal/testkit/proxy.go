@@ -1,4 +1,4 @@
-package faults
+package testkit
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// proxy is a TCP proxy on 127.0.0.1 between the API server and one etcd
+// Proxy is a TCP proxy on 127.0.0.1 between the API server and one etcd
 // member, with the network faults the harness injects:
 //
 //   - blackhole: bytes stop flowing both ways, and flow again on heal, as
@@ -18,13 +18,13 @@ import (
 //   - delay: every chunk is held for a latency with jitter, in order.
 //   - reset: every open connection is reset (RST) at once.
 //   - drop: new connections are refused and open ones reset until heal.
-type proxy struct {
-	ln     net.Listener
-	target string
+type Proxy struct {
+	ln net.Listener
 
 	// mu guards everything below.
-	mu    sync.Mutex
-	conns map[*proxyConn]struct{}
+	mu     sync.Mutex
+	target string
+	conns  map[*proxyConn]struct{}
 	// flowing is closed while bytes may flow; a blackhole replaces it with
 	// an open channel that heal closes.
 	flowing chan struct{}
@@ -51,23 +51,23 @@ func (c *proxyConn) close(reset bool) {
 	})
 }
 
-// newProxy listens on a free loopback port and forwards to target.
-func newProxy(target string) (*proxy, error) {
+// NewProxy listens on a free loopback port and forwards to target.
+func NewProxy(target string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	flowing := make(chan struct{})
 	close(flowing)
-	p := &proxy{ln: ln, target: target, conns: map[*proxyConn]struct{}{}, flowing: flowing}
+	p := &Proxy{ln: ln, target: target, conns: map[*proxyConn]struct{}{}, flowing: flowing}
 	go p.serve()
 	return p, nil
 }
 
 // URL is the proxy's address as an etcd client URL.
-func (p *proxy) URL() string { return "http://" + p.ln.Addr().String() }
+func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
 
-func (p *proxy) serve() {
+func (p *Proxy) serve() {
 	for {
 		in, err := p.ln.Accept()
 		if err != nil {
@@ -84,8 +84,11 @@ func (p *proxy) serve() {
 	}
 }
 
-func (p *proxy) connect(in net.Conn) {
-	out, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+func (p *Proxy) connect(in net.Conn) {
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	out, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		(&proxyConn{client: in, server: in}).close(true)
 		return
@@ -115,7 +118,7 @@ type chunk struct {
 // pipe copies src to dst through the faults until either side closes. A
 // reader goroutine keeps reading, so that a closed side is noticed even
 // while a blackhole holds the bytes.
-func (p *proxy) pipe(c *proxyConn, dst, src net.Conn) {
+func (p *Proxy) pipe(c *proxyConn, dst, src net.Conn) {
 	defer c.close(false)
 	chunks := make(chan chunk, 1024)
 	go func() {
@@ -163,7 +166,7 @@ func (p *proxy) pipe(c *proxyConn, dst, src net.Conn) {
 	}
 }
 
-func (p *proxy) latency() time.Duration {
+func (p *Proxy) latency() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.delay == 0 {
@@ -176,8 +179,8 @@ func (p *proxy) latency() time.Duration {
 	return max(d, 0)
 }
 
-// blackhole stops bytes both ways until heal.
-func (p *proxy) blackhole() {
+// Blackhole stops bytes both ways until heal.
+func (p *Proxy) Blackhole() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -187,15 +190,15 @@ func (p *proxy) blackhole() {
 	}
 }
 
-// setDelay holds every chunk for delay ± jitter until heal.
-func (p *proxy) setDelay(delay, jitter time.Duration) {
+// SetDelay holds every chunk for delay ± jitter until heal.
+func (p *Proxy) SetDelay(delay, jitter time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.delay, p.jitter = delay, jitter
 }
 
-// reset resets every open connection.
-func (p *proxy) reset() {
+// Reset resets every open connection.
+func (p *Proxy) Reset() {
 	p.mu.Lock()
 	conns := make([]*proxyConn, 0, len(p.conns))
 	for c := range p.conns {
@@ -207,16 +210,16 @@ func (p *proxy) reset() {
 	}
 }
 
-// drop refuses new connections until heal and resets open ones.
-func (p *proxy) drop() {
+// Drop refuses new connections until heal and resets open ones.
+func (p *Proxy) Drop() {
 	p.mu.Lock()
 	p.refuse = true
 	p.mu.Unlock()
-	p.reset()
+	p.Reset()
 }
 
-// heal ends every fault.
-func (p *proxy) heal() {
+// Heal ends every fault.
+func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	select {
@@ -227,12 +230,20 @@ func (p *proxy) heal() {
 	p.delay, p.jitter, p.refuse = 0, 0, false
 }
 
-// close stops the proxy and its connections.
-func (p *proxy) close() {
+// Close stops the proxy and its connections.
+func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
-	p.heal()
+	p.Heal()
 	_ = p.ln.Close()
-	p.reset()
+	p.Reset()
+}
+
+// Retarget forwards new connections to target, and resets the open ones.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+	p.Reset()
 }

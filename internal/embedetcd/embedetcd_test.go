@@ -1,4 +1,4 @@
-package loopbacketcd
+package embedetcd
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 )
 
 func TestStartServesOnLoopback(t *testing.T) {
-	e, endpoint, err := Start(t.TempDir(), 0, 0)
+	e, endpoint, err := Start(Config{Dir: t.TempDir(), Throwaway: true})
 	if err != nil {
 		t.Fatal(err)
 	}

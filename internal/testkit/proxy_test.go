@@ -1,4 +1,4 @@
-package faults
+package testkit
 
 import (
 	"io"
@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// echoServer echoes every connection on loopback.
-func echoServer(t *testing.T) string {
+// serve runs handle for every connection to a new loopback listener, and
+// returns its address.
+func serve(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -21,10 +22,18 @@ func echoServer(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			go func() { _, _ = io.Copy(c, c); c.Close() }()
+			go func() {
+				defer c.Close()
+				handle(c)
+			}()
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// echoServer echoes every connection on loopback.
+func echoServer(t *testing.T) string {
+	return serve(t, func(c net.Conn) { _, _ = io.Copy(c, c) })
 }
 
 // roundTrip writes msg and reads it back, or fails after timeout.
@@ -39,11 +48,11 @@ func roundTrip(c net.Conn, msg string, timeout time.Duration) (string, error) {
 }
 
 func TestProxy(t *testing.T) {
-	p, err := newProxy(echoServer(t))
+	p, err := NewProxy(echoServer(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.close()
+	defer p.Close()
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", p.ln.Addr().String())
 		if err != nil {
@@ -58,11 +67,11 @@ func TestProxy(t *testing.T) {
 	}
 
 	t.Run("blackhole holds bytes until heal", func(t *testing.T) {
-		p.blackhole()
+		p.Blackhole()
 		if _, err := roundTrip(c, "held", 200*time.Millisecond); err == nil {
 			t.Fatal("bytes went through a blackhole")
 		}
-		p.heal()
+		p.Heal()
 		_ = c.SetReadDeadline(time.Now().Add(time.Second))
 		buf := make([]byte, 4)
 		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "held" {
@@ -70,8 +79,8 @@ func TestProxy(t *testing.T) {
 		}
 	})
 	t.Run("delay", func(t *testing.T) {
-		p.setDelay(100*time.Millisecond, 0)
-		defer p.heal()
+		p.SetDelay(100*time.Millisecond, 0)
+		defer p.Heal()
 		start := time.Now()
 		if got, err := roundTrip(c, "slow", 2*time.Second); err != nil || got != "slow" {
 			t.Fatalf("delayed round trip: %q, %v", got, err)
@@ -86,7 +95,7 @@ func TestProxy(t *testing.T) {
 		if _, err := roundTrip(c, "x", time.Second); err != nil {
 			t.Fatal(err)
 		}
-		p.reset()
+		p.Reset()
 		if _, err := roundTrip(c, "y", time.Second); err == nil {
 			t.Fatal("a reset connection still works")
 		}
@@ -95,7 +104,7 @@ func TestProxy(t *testing.T) {
 		}
 	})
 	t.Run("drop refuses until heal", func(t *testing.T) {
-		p.drop()
+		p.Drop()
 		// A drop resets connections: the reset may come as early as the
 		// dial itself, which is as much a refusal as a failed round trip.
 		if c, err := net.Dial("tcp", p.ln.Addr().String()); err == nil {
@@ -104,9 +113,22 @@ func TestProxy(t *testing.T) {
 				t.Fatal("a connection went through a drop")
 			}
 		}
-		p.heal()
+		p.Heal()
 		if got, err := roundTrip(dial(), "back", time.Second); err != nil || got != "back" {
 			t.Fatalf("after heal: %q, %v", got, err)
+		}
+	})
+	t.Run("retarget moves new connections", func(t *testing.T) {
+		c := dial()
+		if _, err := roundTrip(c, "x", time.Second); err != nil {
+			t.Fatal(err) // the proxy now holds c
+		}
+		p.Retarget(echoServer(t))
+		if _, err := roundTrip(c, "x", time.Second); err == nil {
+			t.Fatal("a connection to the old target still works")
+		}
+		if got, err := roundTrip(dial(), "moved", time.Second); err != nil || got != "moved" {
+			t.Fatalf("a new connection after retarget: %q, %v", got, err)
 		}
 	})
 }

@@ -3,15 +3,9 @@
 package server
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
-	"net/url"
 	"path/filepath"
-	goruntime "runtime"
-	"strconv"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -19,22 +13,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	"k8s.io/apiserver/pkg/authentication/request/x509"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
-	"k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/registry/generic"
-	genericapiserver "k8s.io/apiserver/pkg/server"
-	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/utils/clock"
 	netutils "k8s.io/utils/net"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apiserver"
-	fleetopenapi "github.com/cached-apiserver/cached-apiserver/pkg/generated/openapi"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
 )
 
@@ -307,253 +293,4 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.ServerRun.Validate()...)
 	errs = append(errs, o.EmbeddedEtcd.Validate()...)
 	return utilerrors.NewAggregate(errs)
-}
-
-func (o *Options) embedded() bool {
-	return len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0
-}
-
-func (o *Options) pki() standalonePKI { return standalonePKI{dir: filepath.Join(o.DataDir, "pki")} }
-
-// KubeconfigPath is where standalone mode writes the admin kubeconfig.
-func (o *Options) KubeconfigPath() string { return filepath.Join(o.DataDir, kubeconfigName) }
-
-// Config builds the server config. The etcd endpoints must be known.
-func (o *Options) Config() (*apiserver.Config, error) {
-	standalone := o.Mode == ModeStandalone
-	if standalone {
-		if err := o.pki().ensure([]string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}); err != nil {
-			return nil, fmt.Errorf("creating certificates in %s: %w", o.pki().dir, err)
-		}
-		cert := &o.Recommended.SecureServing.ServerCert.CertKey
-		if cert.CertFile == "" {
-			cert.CertFile, cert.KeyFile = o.pki().path(servingCert), o.pki().path(servingKeyFile)
-		}
-	} else if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil,
-		[]net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
-		return nil, fmt.Errorf("creating self-signed certificates: %w", err)
-	}
-
-	serverConfig := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
-	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
-	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(fleetopenapi.GetOpenAPIDefinitions, namer)
-	serverConfig.OpenAPIConfig.Info.Title = "cached-apiserver"
-	serverConfig.OpenAPIConfig.Info.Version = "v1beta1"
-	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(fleetopenapi.GetOpenAPIDefinitions, namer)
-	serverConfig.OpenAPIV3Config.Info.Title = "cached-apiserver"
-	serverConfig.OpenAPIV3Config.Info.Version = "v1beta1"
-
-	maxWatches := o.MaxWatches
-	foreground := apiserver.NewForeground(0, nil)
-	var authReady *apiserver.AuthenticationReady // set below, once authentication is configured
-	serverConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
-		// The watch limit innermost, so that the request is authenticated
-		// and its info known; the wait for the client CAs outside the
-		// chain, and the foreground's count outside all, so that a
-		// request counts from its start.
-		chain := apiserver.WithForeground(authReady.WithAuthenticationReady(
-			genericapiserver.DefaultBuildHandlerChain(apiserver.WithWatchLimit(h, maxWatches, c.Serializer), c)),
-			foreground, c.RequestInfoResolver, c.LongRunningFunc)
-		if !c.ShutdownSendRetryAfter {
-			return chain
-		}
-		// Outermost, so that a stopping server's 429 says Retry-After: 1
-		// before the generic chain's says 5.
-		return apiserver.WithShutdownRetryAfter(chain, apiserver.ShutdownRetryAfterConfig{Initiated: c.ShutdownInitiatedNotify(),
-			Delay: c.ShutdownDelayDuration, Serializer: c.Serializer, Clock: clock.RealClock{}})
-	}
-
-	// ServerRun first: the feature options read the max-in-flight limits it sets.
-	if err := o.ServerRun.ApplyTo(&serverConfig.Config); err != nil {
-		return nil, err
-	}
-	if err := o.Recommended.ApplyTo(serverConfig); err != nil {
-		return nil, err
-	}
-	if standalone {
-		if err := o.applyStandaloneAuth(&serverConfig.Config); err != nil {
-			return nil, err
-		}
-	}
-	// Requests wait for the CA they are authenticated with, and /readyz
-	// fails until it is loaded: the front-proxy CA behind a kube-apiserver.
-	authCA := serverConfig.SecureServing.ClientCA
-	if rh := serverConfig.Authentication.RequestHeaderConfig; rh != nil {
-		authCA = rh.CAContentProvider
-	}
-	authReady = apiserver.NewAuthenticationReady(apiserver.AuthenticationReadyConfig{CA: authCA, Serializer: serverConfig.Serializer})
-	serverConfig.AddReadyzChecks(authReady.Check())
-	sizes, err := genericoptions.ParseWatchCacheSizes(o.Recommended.Etcd.WatchCacheSizes)
-	if err != nil {
-		return nil, fmt.Errorf("--watch-cache-sizes: %w", err)
-	}
-	o.shutdown = cacher.NewShutdown()
-	decorator := apiserver.StorageDecorator(o.watchCacheOptions(foreground, sizes))
-	if o.StorageDecoratorOverride != nil {
-		decorator = o.StorageDecoratorOverride
-	}
-	return &apiserver.Config{
-		GenericConfig: serverConfig,
-		ExtraConfig:   apiserver.ExtraConfig{StorageDecorator: decorator},
-	}, nil
-}
-
-// applyStandaloneAuth authenticates client certificates signed by our CA and
-// authorizes system:masters. Anonymous requests get 401; other users get 403.
-func (o *Options) applyStandaloneAuth(c *genericapiserver.Config) error {
-	ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca", o.pki().path(caCertFile))
-	if err != nil {
-		return err
-	}
-	if err := c.Authentication.ApplyClientCert(ca, c.SecureServing); err != nil {
-		return err
-	}
-	c.Authentication.Authenticator = x509.NewDynamic(ca.VerifyOptions, x509.CommonNameUserConversion)
-	c.Authorization.Authorizer = authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup)
-	return nil
-}
-
-// Instance is a configured server, ready to run.
-type Instance struct {
-	// URL is where the server serves, with the real port.
-	URL string
-	// Kubeconfig is the admin kubeconfig's path; empty in aggregated mode.
-	Kubeconfig string
-	// EtcdEndpoints are the etcd client URLs the server stores in.
-	EtcdEndpoints []string
-
-	server *apiserver.Server
-	etcd   *embeddedEtcd
-}
-
-// NewInstance completes, validates and builds the server, starting the
-// embedded etcd if no --etcd-servers were given.
-func (o *Options) NewInstance() (*Instance, error) {
-	if err := o.Complete(); err != nil {
-		return nil, err
-	}
-	if err := o.Validate(); err != nil {
-		return nil, err
-	}
-	inst := &Instance{}
-	if o.embedded() {
-		e, err := o.EmbeddedEtcd.start(o.DataDir)
-		if err != nil {
-			return nil, err
-		}
-		inst.etcd = &e
-		// The listener address lacks a scheme; etcd's client wants a URL.
-		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{"http://" + e.Clients[0].Addr().String()}
-	}
-	inst.EtcdEndpoints = o.Recommended.Etcd.StorageConfig.Transport.ServerList
-	cfg, err := o.Config()
-	if err != nil {
-		inst.closeEtcd()
-		return nil, err
-	}
-	addr := cfg.GenericConfig.SecureServing.Listener.Addr().(*net.TCPAddr)
-	host := addr.IP.String()
-	if addr.IP.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	inst.URL = (&url.URL{Scheme: "https", Host: net.JoinHostPort(host, strconv.Itoa(addr.Port))}).String()
-	if o.Mode == ModeStandalone {
-		inst.Kubeconfig = o.KubeconfigPath()
-		if err := o.pki().writeKubeconfig(inst.Kubeconfig, inst.URL); err != nil {
-			inst.closeEtcd()
-			return nil, fmt.Errorf("writing kubeconfig: %w", err)
-		}
-	}
-	srv, err := cfg.Complete().New()
-	if err != nil {
-		inst.closeEtcd()
-		return nil, err
-	}
-	inst.server = srv
-	out := o.Out
-	srv.GenericAPIServer.AddPostStartHookOrDie("cached-apiserver-banner", func(genericapiserver.PostStartHookContext) error {
-		if out != nil {
-			inst.printBanner(out)
-		}
-		return nil
-	})
-	shutdown := o.shutdown
-	srv.GenericAPIServer.AddPreShutdownHookOrDie("cached-apiserver-bookmark-watchers", func() error {
-		// The generic server ends every watch once its hooks return; give
-		// the bookmarks a moment to be written first.
-		ctx, cancel := context.WithTimeout(context.Background(), shutdownBookmarkWait)
-		defer cancel()
-		shutdown.Begin(ctx)
-		return nil
-	})
-	if informers := cfg.GenericConfig.SharedInformerFactory; informers != nil {
-		srv.GenericAPIServer.AddPostStartHookOrDie("start-cached-apiserver-informers", func(ctx genericapiserver.PostStartHookContext) error {
-			informers.Start(ctx.Done())
-			return nil
-		})
-	}
-	return inst, nil
-}
-
-// Run serves until ctx is done, lets open watches drain for the termination
-// grace period, then stops the embedded etcd.
-func (i *Instance) Run(ctx context.Context) error {
-	defer i.closeEtcd()
-	return i.server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
-}
-
-func (i *Instance) closeEtcd() {
-	if i.etcd != nil {
-		i.etcd.Close()
-		i.etcd = nil
-	}
-}
-
-func (i *Instance) printBanner(out io.Writer) {
-	fmt.Fprintf(out, "\ncached-apiserver is serving fleet.example.com on %s\n", i.URL)
-	if i.Kubeconfig == "" {
-		return
-	}
-	fmt.Fprintf(out, "  kubeconfig: %s\n  try:        kubectl --kubeconfig %s get assignments -A\n\n",
-		i.Kubeconfig, i.Kubeconfig)
-}
-
-// Run is the whole command: parse nothing, build the instance and serve.
-func (o *Options) Run(ctx context.Context) error {
-	inst, err := o.NewInstance()
-	if err != nil {
-		return err
-	}
-	return inst.Run(ctx)
-}
-
-// defaultInitialEventsConcurrency is twice the CPUs this process may use:
-// see --watch-cache-initial-events-concurrency. Once initial events were
-// written from the cached bytes, 10 watch-lists of 100,000 objects on 2
-// CPUs ended 2.2 times as soon at 4 as at 1, with writes' p99 beside them
-// about the same; with no bound, writes' p99 was 5 times as long
-// (docs/benchmarks.md).
-func defaultInitialEventsConcurrency() int { return 2 * goruntime.GOMAXPROCS(0) }
-
-// defaultListConcurrency is the CPUs this process may use: see
-// --watch-cache-list-concurrency.
-func defaultListConcurrency() int { return goruntime.GOMAXPROCS(0) }
-
-// watchCacheOptions is what the watch-cache flags set, for the cache of
-// every resource.
-func (o *Options) watchCacheOptions(foreground cacher.Foreground, sizes map[schema.GroupResource]int) apiserver.WatchCacheOptions {
-	return apiserver.WatchCacheOptions{
-		Shutdown:                 o.shutdown,
-		Enabled:                  o.Recommended.Etcd.EnableWatchCache,
-		ConsistentReadFallback:   o.ConsistentReadFallback,
-		ConsistencyCheckInterval: o.ConsistencyCheckInterval,
-		WarmStartRevisions:       o.WarmStartRevisions,
-		HistoryBudget:            o.HistoryBudget.Value(),
-		InitialEventsConcurrency: o.InitialEventsConcurrency,
-		InitialEventsShare:       o.InitialEventsShare,
-		InitialEventsSlice:       o.InitialEventsSlice,
-		Foreground:               foreground,
-		ListConcurrency:          o.ListConcurrency,
-		Sizes:                    sizes,
-	}
 }

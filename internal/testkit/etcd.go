@@ -8,23 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"go.etcd.io/etcd/server/v3/embed"
-
-	"github.com/cached-apiserver/cached-apiserver/internal/embedetcd"
 )
-
-// StartEmbeddedEtcd runs a throwaway etcd in this process with its data
-// in dir, stops it when the test ends, and returns its client URL.
-func StartEmbeddedEtcd(tb testing.TB, dir string) (*embed.Etcd, string) {
-	tb.Helper()
-	e, endpoint, err := embedetcd.Start(embedetcd.Config{Dir: dir, Throwaway: true})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(e.Close)
-	return e, endpoint
-}
 
 // Member is one member of an etcd cluster on 127.0.0.1 that runs as its
 // own process (test/cmd/etcd, which is etcd's own main), so that a test can

@@ -42,17 +42,3 @@ func TestStartEtcd(t *testing.T) {
 		t.Fatalf("the cluster has %d members, want 3", len(members.Members))
 	}
 }
-
-func TestStartEmbeddedEtcd(t *testing.T) {
-	_, endpoint := StartEmbeddedEtcd(t, t.TempDir())
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := cli.Put(ctx, "/k", "v"); err != nil {
-		t.Fatal(err)
-	}
-}

@@ -51,7 +51,7 @@ func (c *Cacher) startBackfill(ctx context.Context, to uint64) {
 		return
 	}
 	bf := &backfill{to: to, done: make(chan struct{})}
-	generation := c.log.resets()
+	generation := c.log.Resets()
 	c.backfill.Store(bf)
 	go func() {
 		defer close(bf.done)

@@ -61,7 +61,7 @@ func (d *dispatcher) scheduleBookmarkLocked(w *watcher, now time.Time) {
 func (d *dispatcher) sendBookmarks(now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, head := d.log.bounds()
+	_, head := d.log.Bounds()
 	for sec := d.lastBookmarkSecond + 1; sec <= now.Unix(); sec++ {
 		due := d.bookmarks[sec]
 		delete(d.bookmarks, sec)
@@ -122,7 +122,7 @@ func (d *dispatcher) beginShutdown() []*watcher {
 // never an older one, and without one it would end with nothing delivered
 // and make client-go re-list.
 func (d *dispatcher) bookmarkNowLocked(w *watcher) bool {
-	_, head := d.log.bounds()
+	_, head := d.log.Bounds()
 	if !w.bookmarks || w.state != synced {
 		return false
 	}

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 	"k8s.io/klog/v2"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 )
 
 // Cacher is a storage.Interface that serves reads and watches from memory
@@ -82,7 +84,7 @@ func New(cfg Config) (*Cacher, error) {
 	if cfg.EncodingTTL > 0 {
 		c.pres.expiry = newEncodingExpiry(cfg.EncodingTTL, cfg.Clock)
 	}
-	c.log = newEventLog(cfg.HistoryWindow, cfg.MinHistorySize, cfg.MaxHistorySize).withBudget(max(cfg.HistoryBudget, 0))
+	c.log = history.New[*event](history.Config{Window: cfg.HistoryWindow, MinSize: cfg.MinHistorySize, MaxSize: cfg.MaxHistorySize, Budget: cfg.HistoryBudget})
 	c.d = newDispatcher(c.store, c.log, c.pres, cfg.Versioner, cfg.NewFunc, cfg.Clock, cfg.BookmarkFrequency, c.metrics)
 	if err := cfg.Storage.EnableResourceSizeEstimation(c.keys); err != nil {
 		return nil, fmt.Errorf("enabling size estimation for %s: %w", cfg.GroupResource, err)
@@ -391,7 +393,7 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 		if opts.IgnoreNotFound {
 			return runtime.SetZeroValue(objPtr)
 		}
-		_, head := c.log.bounds()
+		_, head := c.log.Bounds()
 		return storage.NewKeyNotFoundError(key, int64(head))
 	}
 	return o.decodeInto(objPtr)

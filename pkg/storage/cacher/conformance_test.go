@@ -256,7 +256,7 @@ func (c *testCacher) compactHistory(ctx context.Context, t *testing.T, resourceV
 		t.Fatal(err)
 	}
 	c.d.mu.Lock()
-	c.log.dropUpTo(rv)
+	c.log.DropUpTo(rv)
 	c.store.prune(rv)
 	c.d.mu.Unlock()
 	if _, err := c.client.Compact(ctx, int64(rv)); err != nil {

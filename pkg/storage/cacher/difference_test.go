@@ -31,6 +31,8 @@ import (
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
 // diffWatch is one watch the difference test opens on both caches.
@@ -241,9 +243,9 @@ func diffWatches() []diffWatch {
 	pred := func(l labels.Selector, f fields.Selector, shards ...[2]string) storage.SelectionPredicate {
 		p := storage.SelectionPredicate{Label: l, Field: f, GetAttrs: podAttrs}
 		if len(shards) > 0 {
-			path := shardUIDPath
+			path := shard.UIDPath
 			if shards[0][0] == "ns" {
-				path, shards = shardNamespacePath, shards[1:]
+				path, shards = shard.NamespacePath, shards[1:]
 			}
 			p.ShardSelector = shardSelector(path, shards...)
 		}

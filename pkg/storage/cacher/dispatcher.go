@@ -96,11 +96,11 @@ func newDispatcher(s *store, l *eventLog, pres *presenter, versioner storage.Ver
 func (d *dispatcher) process(e *event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, prevHead := d.log.bounds()
+	_, prevHead := d.log.Bounds()
 	d.store.apply(e)
-	d.log.append(e)
+	d.log.Append(e)
 	// Snapshots live as long as the events after them.
-	since, _ := d.log.bounds()
+	since, _ := d.log.Bounds()
 	d.store.prune(since)
 	m := d.pres.eventFields(e)
 	for _, set := range d.synced.lookup(e) {
@@ -168,7 +168,7 @@ func (d *dispatcher) progress(rv uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.store.advance(rv)
-	d.log.advance(rv)
+	d.log.Advance(rv)
 	d.notifyHeadLocked()
 }
 
@@ -183,14 +183,14 @@ func (d *dispatcher) compacted(rev int64) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	since, head := d.log.bounds()
+	since, head := d.log.Bounds()
 	// Events up to a compaction the cache has not reached yet still arrive
 	// on its established etcd watch; drop only what it already holds.
 	upTo := min(uint64(rev), head)
 	if upTo <= since {
 		return
 	}
-	d.log.dropUpTo(upTo)
+	d.log.DropUpTo(upTo)
 	d.store.prune(upTo)
 }
 
@@ -202,7 +202,7 @@ func (d *dispatcher) reset(objs []*object, rv uint64) {
 	defer d.mu.Unlock()
 	d.endAllLocked(nil)
 	d.store.replace(objs, rv)
-	d.log.reset(rv)
+	d.log.Reset(rv)
 	d.notifyHeadLocked()
 }
 
@@ -211,7 +211,7 @@ func (d *dispatcher) reset(objs []*object, rv uint64) {
 func (d *dispatcher) prependHistory(events []*event, from, upTo, generation uint64) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.log.prepend(events, from, upTo, generation)
+	return d.log.Prepend(events, from, upTo, generation)
 }
 
 // endAll ends every watcher after the cache lost its etcd watch. Each
@@ -259,7 +259,7 @@ func (d *dispatcher) recordGauges() {
 	d.mu.Lock()
 	synced := d.synced.len()
 	lagging := len(d.lagging)
-	bytes, evicted := d.log.usage()
+	bytes, evicted := d.log.Usage()
 	newlyEvicted := evicted - d.evictedReported
 	d.evictedReported = evicted
 	d.mu.Unlock()
@@ -269,8 +269,8 @@ func (d *dispatcher) recordGauges() {
 	d.metrics.synced.Set(float64(synced))
 	d.metrics.lagging.Set(float64(lagging))
 	d.metrics.snapshots.Set(float64(snapshots))
-	d.metrics.history.Set(float64(d.log.len()))
-	d.metrics.capacity.Set(float64(d.log.capacity()))
+	d.metrics.history.Set(float64(d.log.Len()))
+	d.metrics.capacity.Set(float64(d.log.Capacity()))
 }
 
 // headChanged returns a channel closed when the head next moves.
@@ -302,7 +302,7 @@ func (d *dispatcher) register(w *watcher, withInit, endBookmark, startAtHead boo
 		// Stopped before it started, by its context.
 		return w, nil
 	}
-	since, head := d.log.bounds()
+	since, head := d.log.Bounds()
 	if w.bookmarks {
 		d.scheduleBookmarkLocked(w, d.clock.Now())
 	}
@@ -391,9 +391,9 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 	}
 	replayed := 0
 	for {
-		events, ok := d.log.after(w.cursor, catchUpBatch)
+		events, ok := d.log.After(w.cursor, catchUpBatch)
 		if !ok {
-			since, _ := d.log.bounds()
+			since, _ := d.log.Bounds()
 			w.send(tooOld(w.cursor, since))
 			d.metrics.terminated.Inc()
 			d.endCatchUp(w)
@@ -472,7 +472,7 @@ func (d *dispatcher) trySync(w *watcher) bool {
 	// Appends happen under mu, so no event can arrive between this check
 	// and the move. A watcher that fell off the log goes round once more
 	// and gets its 410 there.
-	if events, ok := d.log.after(w.cursor, 1); !ok || len(events) > 0 {
+	if events, ok := d.log.After(w.cursor, 1); !ok || len(events) > 0 {
 		return false
 	}
 	delete(d.lagging, w)
@@ -522,7 +522,7 @@ const progressRetry = 250 * time.Millisecond
 // While it waits it asks etcd for a progress notification through
 // requestProgress, since an idle resource's head moves only on those.
 func (d *dispatcher) waitFor(ctx context.Context, rv uint64, timeout time.Duration, requestProgress func()) error {
-	if _, head := d.log.bounds(); head >= rv {
+	if _, head := d.log.Bounds(); head >= rv {
 		return nil
 	}
 	start := d.clock.Now()
@@ -533,7 +533,7 @@ func (d *dispatcher) waitFor(ctx context.Context, rv uint64, timeout time.Durati
 	defer retry.Stop()
 	for {
 		changed := d.headChanged()
-		if _, head := d.log.bounds(); head >= rv {
+		if _, head := d.log.Bounds(); head >= rv {
 			return nil
 		}
 		select {
@@ -544,7 +544,7 @@ func (d *dispatcher) waitFor(ctx context.Context, rv uint64, timeout time.Durati
 			}
 			retry.Reset(progressRetry)
 		case <-deadline.C():
-			_, head := d.log.bounds()
+			_, head := d.log.Bounds()
 			return storage.NewTooLargeResourceVersionError(rv, head, 1)
 		case <-ctx.Done():
 			return ctx.Err()

@@ -31,7 +31,7 @@ type testDispatcher struct {
 func newTestDispatcher(logMax int) *testDispatcher {
 	clk := testingclock.NewFakeClock(time.Unix(10_000, 0))
 	s := newStore(map[string]func(*object) []string{})
-	l := newEventLog(time.Minute, 4, logMax)
+	l := newTestLog(time.Minute, 4, logMax)
 	d := newDispatcher(s, l, &presenter{trigger: "spec.nodeName", codec: podIngest.codec}, storage.APIObjectVersioner{}, func() runtime.Object { return &example.Pod{} }, clk, time.Minute,
 		newCacheMetrics(schema.GroupResource{Resource: "pods"}))
 	d.reset(nil, 1)
@@ -446,12 +446,12 @@ func TestCompactedDropsHistory(t *testing.T) {
 		d.put(fmt.Sprintf("p%d", i), nil, "") // rv 2..6
 	}
 	d.compacted(4)
-	if since, _ := d.log.bounds(); since != 4 {
+	if since, _ := d.log.Bounds(); since != 4 {
 		t.Fatalf("after compaction at 4 the log starts at %d", since)
 	}
 	// A compaction past the head drops only what the cache holds.
 	d.compacted(100)
-	if since, head := d.log.bounds(); since != head || head != 6 {
+	if since, head := d.log.Bounds(); since != head || head != 6 {
 		t.Fatalf("after compaction past the head: since=%d head=%d, want 6 6", since, head)
 	}
 	w := mustWatcher(t, d.dispatcher, "/pods/", true, storage.Everything, 4)

@@ -127,7 +127,7 @@ func (c *Cacher) follow(ctx context.Context, rv uint64) watchEnd {
 		if err := c.waitToRewatch(ctx, backoff.Step()); err != nil {
 			return watchEnd{reason: endClosed, err: err}
 		}
-		_, rv = c.log.bounds()
+		_, rv = c.log.Bounds()
 	}
 }
 

@@ -7,7 +7,12 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 )
+
+// eventLog is the history of events every watcher reads.
+type eventLog = history.Log[*event]
 
 // event is one change from etcd, shared by every watcher that receives it.
 type event struct {
@@ -32,10 +37,16 @@ type event struct {
 	leaving     *cachingObject
 }
 
-// size is what the event adds to the history: the object version it
+// RV is the event's resourceVersion, for the history.
+func (e *event) RV() uint64 { return e.rv }
+
+// Recorded is when ingest saw the event, for the history window.
+func (e *event) Recorded() time.Time { return e.recorded }
+
+// Size is what the event adds to the history: the object version it
 // created. Its previous version is the one an earlier event, or the list,
 // created.
-func (e *event) size() int64 {
+func (e *event) Size() int64 {
 	if e.cur == nil {
 		return 0
 	}

@@ -8,6 +8,8 @@ import (
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
 // filter is a request's selection compiled once, for the watcher or list
@@ -18,7 +20,7 @@ type filter struct {
 	pred *storage.SelectionPredicate
 	// shard is the shard selector; nil when there is none, or the
 	// ShardedListAndWatch feature gate is off, which makes the API ignore it.
-	shard *shardRanges
+	shard *shard.Selector
 }
 
 // newFilter compiles p. It returns a nil filter for a predicate that
@@ -27,7 +29,7 @@ type filter struct {
 func newFilter(p storage.SelectionPredicate) (*filter, error) {
 	f := &filter{}
 	if sel := p.ShardSelector; sel != nil && !sel.Empty() && utilfeature.DefaultFeatureGate.Enabled(features.ShardedListAndWatch) {
-		r, err := newShardRanges(sel)
+		r, err := shard.Parse(sel)
 		if err != nil {
 			return nil, apierrors.NewBadRequest(err.Error())
 		}
@@ -49,7 +51,7 @@ func (f *filter) matches(o *object, pr *presenter, fields *objectFields) bool {
 	if f == nil {
 		return true
 	}
-	if f.shard != nil && !f.shard.matches(&o.hashes) {
+	if f.shard != nil && !f.shard.Matches(&o.hashes) {
 		return false
 	}
 	p := f.pred
@@ -76,7 +78,7 @@ func (f *filter) setShardInfo(listObj runtime.Object) {
 		return
 	}
 	if l, ok := listObj.(metav1.ShardedListInterface); ok {
-		l.SetShardInfo(&metav1.ShardInfo{Selector: f.shard.selector})
+		l.SetShardInfo(&metav1.ShardInfo{Selector: f.shard.Text})
 	}
 }
 

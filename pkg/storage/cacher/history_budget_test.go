@@ -33,7 +33,7 @@ func TestHistoryBudget(t *testing.T) {
 		}
 		rvs = append(rvs, out.ResourceVersion)
 	}
-	if bytes, evicted := c.log.usage(); bytes > budget || evicted == 0 {
+	if bytes, evicted := c.log.Usage(); bytes > budget || evicted == 0 {
 		t.Fatalf("history holds %d bytes (budget %d), %d evicted; want within the budget and some evicted", bytes, budget, evicted)
 	}
 

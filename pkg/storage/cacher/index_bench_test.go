@@ -17,6 +17,8 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
 // The index benchmarks measure what a watcher costs an event that does
@@ -182,7 +184,7 @@ func shardedRun(b *testing.B, e *benchEtcd, s storage.Interface, prefix string, 
 	// What each range expects: the writes whose UID hashes into it.
 	expected := make([]int64, ranges)
 	for i := range writes {
-		q, _ := bits.Mul64(shardHash(string(benchUID(i))), uint64(ranges))
+		q, _ := bits.Mul64(shard.Hash(string(benchUID(i))), uint64(ranges))
 		expected[q]++
 	}
 	var res shardedResult
@@ -191,7 +193,7 @@ func shardedRun(b *testing.B, e *benchEtcd, s storage.Interface, prefix string, 
 	for i := range watchers {
 		start, end := shardRange(i%ranges, ranges)
 		pred := storage.Everything
-		pred.ShardSelector = sharding.NewSelector(sharding.ShardRangeRequirement{Key: shardUIDPath, Start: start, End: end})
+		pred.ShardSelector = sharding.NewSelector(sharding.ShardRangeRequirement{Key: shard.UIDPath, Start: start, End: end})
 		w, err := s.Watch(ctx, prefix, storage.ListOptions{ResourceVersion: strconv.FormatUint(rv, 10), Recursive: true, Predicate: pred})
 		if err != nil {
 			b.Fatal(err)

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
 // listPageSize is the page size of the cache's own lists from etcd, as
@@ -226,8 +228,8 @@ func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
 		o.trigger = c.cfg.IndexerFuncs[c.cfg.TriggerField](obj)
 	}
 	o.fields = c.intern.fields(f, c.cfg.TriggerField)
-	o.hashes[shardByUID] = shardHash(string(m.GetUID()))
-	o.hashes[shardByNamespace] = shardHash(m.GetNamespace())
+	o.hashes[shard.ByUID] = shard.Hash(string(m.GetUID()))
+	o.hashes[shard.ByNamespace] = shard.Hash(m.GetNamespace())
 	if len(c.indexers) > 0 {
 		o.indexed = make([][]string, len(c.indexers))
 		for i, ix := range c.indexers {

@@ -100,7 +100,7 @@ func (c *Cacher) snapshotAt(rv uint64) (snapshot, bool) {
 	if int64(rv) < c.cfg.Storage.CompactRevision() {
 		return snapshot{}, false
 	}
-	return c.store.at(rv, c.log.between)
+	return c.store.at(rv, c.log.Between)
 }
 
 // listByIndex serves an unpaginated list of the current state through an

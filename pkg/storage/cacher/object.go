@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
 // object is one cached object version: its encoded bytes and what
@@ -52,7 +54,7 @@ type object struct {
 	// trigger is the value of Config.TriggerField, if any.
 	trigger string
 	// hashes are the shard hashes of the object's UID and namespace.
-	hashes [shardFields]uint64
+	hashes shard.Hashes
 }
 
 // objectOverhead is what an object holds beyond its bytes, for the

@@ -3,6 +3,8 @@ package cacher
 import (
 	"math"
 	"slices"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
 // shardIndex finds the sharded watchers whose ranges hold a hash. Watchers
@@ -23,18 +25,18 @@ type shardIndex struct {
 
 // shardGroup is the synced watchers with one selector.
 type shardGroup struct {
-	ranges []hashRange
+	ranges []shard.Range
 	set    watcherSet
 }
 
 func newShardIndex() *shardIndex { return &shardIndex{groups: map[string]*shardGroup{}} }
 
 // set returns the watcher set of r's selector, making its group if needed.
-func (x *shardIndex) set(r *shardRanges) *watcherSet {
-	g, ok := x.groups[r.selector]
+func (x *shardIndex) set(r *shard.Selector) *watcherSet {
+	g, ok := x.groups[r.Text]
 	if !ok {
-		g = &shardGroup{ranges: r.ranges}
-		x.groups[r.selector] = g
+		g = &shardGroup{ranges: r.Ranges}
+		x.groups[r.Text] = g
 		x.tree = nil
 	}
 	return &g.set
@@ -72,9 +74,9 @@ func newSegmentTree(groups map[string]*shardGroup) *segmentTree {
 	starts := []uint64{0}
 	for _, g := range groups {
 		for _, r := range g.ranges {
-			starts = append(starts, r.lo)
-			if r.hi < math.MaxUint64 {
-				starts = append(starts, r.hi+1)
+			starts = append(starts, r.Lo)
+			if r.Hi < math.MaxUint64 {
+				starts = append(starts, r.Hi+1)
 			}
 		}
 	}
@@ -83,8 +85,8 @@ func newSegmentTree(groups map[string]*shardGroup) *segmentTree {
 	t.nodes = make([][]*shardGroup, 4*len(t.starts))
 	for _, g := range groups {
 		for _, r := range g.ranges {
-			first := t.interval(r.lo)
-			last := t.interval(r.hi)
+			first := t.interval(r.Lo)
+			last := t.interval(r.Hi)
 			t.insert(0, 0, len(t.starts)-1, first, last, g)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 )
 
 // TestStoreAt applies adds, updates and deletes with snapshots taken only
@@ -15,9 +17,9 @@ import (
 // from the current state, by undoing the events after it.
 func TestStoreAt(t *testing.T) {
 	s := newStore(map[string]func(*object) []string{})
-	l := newEventLog(time.Hour, 4, 1024)
+	l := newTestLog(time.Hour, 4, 1024)
 	s.replace([]*object{{key: "/a", rv: 1}, {key: "/b", rv: 1}}, 1)
-	l.reset(1)
+	l.Reset(1)
 
 	// want[rv] is key → object rv at rv.
 	state := map[string]uint64{"/a": 1, "/b": 1}
@@ -49,7 +51,7 @@ func TestStoreAt(t *testing.T) {
 			state[st.key] = rv
 		}
 		s.apply(e)
-		l.append(e)
+		l.Append(e)
 		if st.snapshot {
 			s.latest()
 		}
@@ -60,7 +62,7 @@ func TestStoreAt(t *testing.T) {
 	}
 	for rv := uint64(1); rv <= uint64(len(steps)+1); rv++ {
 		t.Run(fmt.Sprint("rv=", rv), func(t *testing.T) {
-			sn, ok := s.at(rv, l.between)
+			sn, ok := s.at(rv, l.Between)
 			if !ok {
 				t.Fatal("not available")
 			}
@@ -71,15 +73,20 @@ func TestStoreAt(t *testing.T) {
 			}
 		})
 	}
-	if _, ok := s.at(uint64(len(steps)+2), l.between); ok {
+	if _, ok := s.at(uint64(len(steps)+2), l.Between); ok {
 		t.Error("a future resourceVersion must not be available")
 	}
-	l.dropUpTo(3)
+	l.DropUpTo(3)
 	s.prune(3)
-	if _, ok := s.at(2, l.between); ok {
+	if _, ok := s.at(2, l.Between); ok {
 		t.Error("a resourceVersion whose events left the log must not be available")
 	}
-	if _, ok := s.at(3, l.between); !ok {
+	if _, ok := s.at(3, l.Between); !ok {
 		t.Error("the log's start must still be available")
 	}
+}
+
+// newTestLog is an event history with no byte budget.
+func newTestLog(window time.Duration, minSize, maxSize int) *eventLog {
+	return history.New[*event](history.Config{Window: window, MinSize: minSize, MaxSize: maxSize})
 }

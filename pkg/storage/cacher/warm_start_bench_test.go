@@ -57,7 +57,7 @@ func BenchmarkStart(b *testing.B) {
 			}
 			b.StopTimer()
 			current.Stop()
-			since, head := current.log.bounds()
+			since, head := current.log.Bounds()
 			b.ReportMetric(float64(elapsed.Milliseconds())/float64(b.N), "ms/ready")
 			b.ReportMetric(float64(filled.Milliseconds())/float64(b.N), "ms/history")
 			b.ReportMetric(bytes/float64(b.N)/(1<<20), "etcd-MiB/start")

@@ -1,5 +1,7 @@
 package cacher
 
+import "github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
+
 // placeKind is which part of the watcher index holds a watcher.
 type placeKind uint8
 
@@ -29,7 +31,7 @@ type place struct {
 	// value is the key, prefix, trigger value or name.
 	value string
 	// shard is the selector of a byShard watcher.
-	shard *shardRanges
+	shard *shard.Selector
 }
 
 // placeFor picks the place of a watcher of key (a prefix if recursive)
@@ -81,7 +83,7 @@ type watcherIndex struct {
 	// by value.
 	sets [byShard]map[string]*watcherSet
 	// shards hold byShard watchers, by the field their selector hashes.
-	shards [shardFields]*shardIndex
+	shards [shard.Fields]*shardIndex
 	// n counts the watchers in the index.
 	n int
 	// mark numbers lookups; found is the last one's result.
@@ -107,7 +109,7 @@ func newWatcherIndex() *watcherIndex {
 func (x *watcherIndex) add(w *watcher) {
 	var s *watcherSet
 	if p := w.place; p.kind == byShard {
-		s = x.shards[p.shard.field].set(p.shard)
+		s = x.shards[p.shard.Field].set(p.shard)
 		s.place = p
 	} else if s = x.sets[p.kind][p.value]; s == nil {
 		s = &watcherSet{place: p}
@@ -132,7 +134,7 @@ func (x *watcherIndex) remove(w *watcher) {
 		return
 	}
 	if p := s.place; p.kind == byShard {
-		x.shards[p.shard.field].remove(p.shard.selector)
+		x.shards[p.shard.Field].remove(p.shard.Text)
 	} else {
 		delete(x.sets[p.kind], p.value)
 	}

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
 // shardSelector builds a selector of ranges on path, as the API's parser would.
@@ -38,7 +40,7 @@ func TestPlaceFor(t *testing.T) {
 		}
 		return storage.SelectionPredicate{Label: l, Field: fields.Everything()}
 	}
-	sharded := storage.SelectionPredicate{ShardSelector: shardSelector(shardUIDPath, [2]string{"0x0000000000000000", "0x4000000000000000"})}
+	sharded := storage.SelectionPredicate{ShardSelector: shardSelector(shard.UIDPath, [2]string{"0x0000000000000000", "0x4000000000000000"})}
 	shardedOnNode := onField("spec.nodeName=n1")
 	shardedOnNode.ShardSelector = sharded.ShardSelector
 	tests := []struct {
@@ -84,15 +86,15 @@ func TestWatcherIndexLookup(t *testing.T) {
 	d := newTestDispatcher(8)
 	obj := func(key, name, trigger, uid, ns string, lbls labels.Set) *object {
 		o := &object{key: key, name: name, trigger: trigger, labels: lbls}
-		o.hashes[shardByUID], o.hashes[shardByNamespace] = shardHash(uid), shardHash(ns)
+		o.hashes[shard.ByUID], o.hashes[shard.ByNamespace] = shard.Hash(uid), shard.Hash(ns)
 		return o
 	}
 	a := obj("/pods/ns1/a", "a", "n1", "uid-a", "ns1", labels.Set{"app": "web", "tier": "front"})
 	aMoved := obj("/pods/ns1/a", "a", "n2", "uid-a", "ns1", labels.Set{"app": "db", "tier": "front"})
-	uidA := fmt.Sprintf("0x%016x", shardHash("uid-a"))
-	uidAEnd := fmt.Sprintf("0x%016x", shardHash("uid-a")+1)
-	ns1 := fmt.Sprintf("0x%016x", shardHash("ns1"))
-	ns1End := fmt.Sprintf("0x%016x", shardHash("ns1")+1)
+	uidA := fmt.Sprintf("0x%016x", shard.Hash("uid-a"))
+	uidAEnd := fmt.Sprintf("0x%016x", shard.Hash("uid-a")+1)
+	ns1 := fmt.Sprintf("0x%016x", shard.Hash("ns1"))
+	ns1End := fmt.Sprintf("0x%016x", shard.Hash("ns1")+1)
 	onField := func(sel string) storage.SelectionPredicate {
 		return storage.SelectionPredicate{Label: labels.Everything(), Field: fields.ParseSelectorOrDie(sel)}
 	}
@@ -126,12 +128,12 @@ func TestWatcherIndexLookup(t *testing.T) {
 		"new label":           {"/pods/", true, onLabel("app=db"), true},
 		"unchanged label":     {"/pods/ns2/", true, onLabel("tier=front"), true},
 		"other label":         {"/pods/", true, onLabel("app=cache"), false},
-		"its uid, exactly":    {"/pods/", true, sharded(shardUIDPath, [2]string{uidA, uidAEnd}), true},
-		"its uid, ORed":       {"/pods/", true, sharded(shardUIDPath, [2]string{"0x0000000000000000", "0x0000000000000001"}, [2]string{uidA, "0x10000000000000000"}), true},
-		"uid space":           {"/pods/", true, sharded(shardUIDPath, [2]string{"0x0000000000000000", "0x10000000000000000"}), true},
-		"other uids":          {"/pods/", true, sharded(shardUIDPath, [2]string{uidAEnd, "0x10000000000000000"}), false},
-		"its namespace shard": {"/pods/", true, sharded(shardNamespacePath, [2]string{ns1, ns1End}), true},
-		"other ns shard":      {"/pods/", true, sharded(shardNamespacePath, [2]string{"0x0000000000000000", ns1}), false},
+		"its uid, exactly":    {"/pods/", true, sharded(shard.UIDPath, [2]string{uidA, uidAEnd}), true},
+		"its uid, ORed":       {"/pods/", true, sharded(shard.UIDPath, [2]string{"0x0000000000000000", "0x0000000000000001"}, [2]string{uidA, "0x10000000000000000"}), true},
+		"uid space":           {"/pods/", true, sharded(shard.UIDPath, [2]string{"0x0000000000000000", "0x10000000000000000"}), true},
+		"other uids":          {"/pods/", true, sharded(shard.UIDPath, [2]string{uidAEnd, "0x10000000000000000"}), false},
+		"its namespace shard": {"/pods/", true, sharded(shard.NamespacePath, [2]string{ns1, ns1End}), true},
+		"other ns shard":      {"/pods/", true, sharded(shard.NamespacePath, [2]string{"0x0000000000000000", ns1}), false},
 	}
 	byName := map[*watcherSet][]string{}
 	var all []*watcher
@@ -183,7 +185,7 @@ func TestSegmentTree(t *testing.T) {
 		x := newShardIndex()
 		groups := rng.IntN(40) + 1
 		for g := range groups {
-			r := &shardRanges{selector: fmt.Sprint(g)}
+			r := &shard.Selector{Text: fmt.Sprint(g)}
 			for range rng.IntN(3) + 1 {
 				lo := rng.Uint64()
 				hi := lo
@@ -193,15 +195,15 @@ func TestSegmentTree(t *testing.T) {
 				if rng.IntN(8) == 0 {
 					lo, hi = 0, math.MaxUint64
 				}
-				r.ranges = append(r.ranges, hashRange{lo: lo, hi: hi})
+				r.Ranges = append(r.Ranges, shard.Range{Lo: lo, Hi: hi})
 			}
-			r.ranges = mergeRanges(r.ranges)
+			r.Ranges = shard.MergeRanges(r.Ranges)
 			x.set(r).place = place{kind: byShard, shard: r}
 		}
 		probes := []uint64{0, math.MaxUint64}
 		for _, g := range x.groups {
 			for _, r := range g.ranges {
-				probes = append(probes, r.lo, r.hi, r.lo-1, r.hi+1)
+				probes = append(probes, r.Lo, r.Hi, r.Lo-1, r.Hi+1)
 			}
 		}
 		for range 200 {
@@ -210,11 +212,11 @@ func TestSegmentTree(t *testing.T) {
 		for _, h := range probes {
 			var got, want []string
 			for _, s := range x.appendSets(nil, h) {
-				got = append(got, s.place.shard.selector)
+				got = append(got, s.place.shard.Text)
 			}
-			hashes := [shardFields]uint64{h, h}
+			hashes := shard.Hashes{h, h}
 			for sel, g := range x.groups {
-				if (&shardRanges{ranges: g.ranges}).matches(&hashes) {
+				if (&shard.Selector{Ranges: g.ranges}).Matches(&hashes) {
 					want = append(want, sel)
 				}
 			}
@@ -223,53 +225,6 @@ func TestSegmentTree(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Fatalf("round %d, hash %#x: tree found groups %v, a scan %v", round, h, got, want)
 			}
-		}
-	}
-}
-
-func TestShardRanges(t *testing.T) {
-	tests := []struct {
-		name    string
-		sel     sharding.Selector
-		want    []hashRange
-		wantErr bool
-	}{
-		{name: "whole space", sel: shardSelector(shardUIDPath, [2]string{"0x0000000000000000", "0x10000000000000000"}),
-			want: []hashRange{{0, math.MaxUint64}}},
-		{name: "end excluded", sel: shardSelector(shardNamespacePath, [2]string{"0x0000000000000010", "0x0000000000000020"}),
-			want: []hashRange{{0x10, 0x1f}}},
-		{name: "ORed, merged when touching", sel: shardSelector(shardUIDPath,
-			[2]string{"0x0000000000000020", "0x0000000000000030"}, [2]string{"0x0000000000000000", "0x0000000000000010"},
-			[2]string{"0x0000000000000010", "0x0000000000000018"}),
-			want: []hashRange{{0, 0x17}, {0x20, 0x2f}}},
-		{name: "two fields", sel: sharding.NewSelector(
-			sharding.ShardRangeRequirement{Key: shardUIDPath, Start: "0x0000000000000000", End: "0x0000000000000001"},
-			sharding.ShardRangeRequirement{Key: shardNamespacePath, Start: "0x0000000000000000", End: "0x0000000000000001"}),
-			wantErr: true},
-		{name: "unknown field", sel: shardSelector("object.metadata.name", [2]string{"0x0000000000000000", "0x0000000000000001"}), wantErr: true},
-		{name: "short bound", sel: shardSelector(shardUIDPath, [2]string{"0x0", "0x0000000000000001"}), wantErr: true},
-		{name: "empty range", sel: shardSelector(shardUIDPath, [2]string{"0x0000000000000001", "0x0000000000000001"}), wantErr: true},
-		{name: "start at the top", sel: shardSelector(shardUIDPath, [2]string{"0x10000000000000000", "0x10000000000000000"}), wantErr: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := newShardRanges(tc.sel)
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("error %v, want an error: %v", err, tc.wantErr)
-			}
-			if err == nil && !slices.Equal(got.ranges, tc.want) {
-				t.Fatalf("ranges %x, want %x", got.ranges, tc.want)
-			}
-		})
-	}
-}
-
-// TestShardHashMatchesUpstream checks that the hashes compared as numbers
-// select what upstream's selector selects from their hex form.
-func TestShardHashMatchesUpstream(t *testing.T) {
-	for _, v := range []string{"", "ns", "0f7c1c1e-8d4e-4a53-9b2b-7d1f2a3c4b5d", "ü"} {
-		if got, want := fmt.Sprintf("%016x", shardHash(v)), sharding.HashField(v); got != want {
-			t.Errorf("hash of %q: %s, upstream's %s", v, got, want)
 		}
 	}
 }

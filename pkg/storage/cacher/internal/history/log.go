@@ -1,11 +1,35 @@
-package cacher
+// Package history is the watch cache's event history: a ring buffer of
+// recent events, in resourceVersion order, that every watcher reads through
+// its own cursor. It knows of an event only its resourceVersion, when it
+// was recorded and its size.
+package history
 
 import (
 	"sync"
 	"time"
 )
 
-// eventLog is the shared history of recent events: a ring buffer that every
+// Entry is what the log needs of an event.
+type Entry interface {
+	// RV is the event's resourceVersion.
+	RV() uint64
+	// Recorded is when the event was seen, for the history window.
+	Recorded() time.Time
+	// Size is the bytes the event holds, for the byte budget.
+	Size() int64
+}
+
+// Config sizes a Log.
+type Config struct {
+	// Window is how long events are kept when room allows.
+	Window time.Duration
+	// MinSize and MaxSize bound the ring's capacity.
+	MinSize, MaxSize int
+	// Budget is the most bytes of events the log holds; 0 is no budget.
+	Budget int64
+}
+
+// Log is the shared history of recent events: a ring buffer that every
 // watcher reads through its own cursor. It is complete from resourceVersion
 // since: every event after since up to head is in it.
 //
@@ -17,7 +41,7 @@ import (
 // A byte budget bounds it too: when the objects its events hold exceed
 // budget, the oldest events go first, window or not, and evicted counts
 // those that left while still inside the window.
-type eventLog struct {
+type Log[E Entry] struct {
 	window  time.Duration
 	minSize int
 	maxSize int
@@ -27,7 +51,7 @@ type eventLog struct {
 	// mu guards everything below.
 	mu sync.RWMutex
 	// ring holds events; start indexes the oldest and n counts them.
-	ring  []*event
+	ring  []E
 	start int
 	n     int
 	// since is the resourceVersion the log is complete from.
@@ -46,42 +70,37 @@ type eventLog struct {
 	evicted uint64
 }
 
-func newEventLog(window time.Duration, minSize, maxSize int) *eventLog {
-	return &eventLog{window: window, minSize: minSize, maxSize: maxSize, ring: make([]*event, minSize)}
+// New returns an empty log, complete from resourceVersion 0.
+func New[E Entry](c Config) *Log[E] {
+	return &Log[E]{window: c.Window, minSize: c.MinSize, maxSize: c.MaxSize, budget: max(c.Budget, 0), ring: make([]E, c.MinSize)}
 }
 
-// withBudget sets the byte budget, before the log is used.
-func (l *eventLog) withBudget(bytes int64) *eventLog {
-	l.budget = bytes
-	return l
-}
-
-// reset empties the log; it is complete from rv on.
-func (l *eventLog) reset(rv uint64) {
+// Reset empties the log; it is complete from rv on.
+func (l *Log[E]) Reset(rv uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.ring = make([]*event, l.minSize)
+	l.ring = make([]E, l.minSize)
 	l.start, l.n, l.bytes = 0, 0, 0
 	l.since, l.head = rv, rv
 	l.generation++
 	l.trimmed = false
 }
 
-// resets returns how many times the log was reset.
-func (l *eventLog) resets() uint64 {
+// Resets returns how many times the log was reset.
+func (l *Log[E]) Resets() uint64 {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.generation
 }
 
-// prepend puts older history in front of the log: events, in order, after
+// Prepend puts older history in front of the log: events, in order, after
 // from and up to upTo, the revision the log was reset at generation. The
 // log is then complete from from, or from the newest event that did not
 // fit. It fails, changing nothing, if the log was reset or trimmed since.
-func (l *eventLog) prepend(events []*event, from, upTo, generation uint64) bool {
+func (l *Log[E]) Prepend(events []E, from, upTo, generation uint64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.generation != generation || l.trimmed || (l.n > 0 && l.ring[l.start].rv <= upTo) {
+	if l.generation != generation || l.trimmed || (l.n > 0 && l.ring[l.start].RV() <= upTo) {
 		return false
 	}
 	size := len(l.ring)
@@ -97,23 +116,23 @@ func (l *eventLog) prepend(events []*event, from, upTo, generation uint64) bool 
 		// Keep only the newest events that fit beside what the log holds.
 		var fit int64
 		for i := len(events) - 1; i >= max(drop, 0); i-- {
-			if fit += events[i].size(); l.bytes+fit > l.budget {
+			if fit += events[i].Size(); l.bytes+fit > l.budget {
 				drop = i + 1
 				break
 			}
 		}
 	}
-	ring := make([]*event, size)
+	ring := make([]E, size)
 	n := 0
 	since := from
 	if drop > 0 {
-		since = events[drop-1].rv
+		since = events[drop-1].RV()
 		events = events[drop:]
 	}
 	for _, e := range events {
 		ring[n] = e
 		n++
-		l.bytes += e.size()
+		l.bytes += e.Size()
 	}
 	for i := 0; i < l.n; i++ {
 		ring[n] = l.ring[(l.start+i)%len(l.ring)]
@@ -123,27 +142,27 @@ func (l *eventLog) prepend(events []*event, from, upTo, generation uint64) bool 
 	return true
 }
 
-// append adds an event, which must be newer than head.
-func (l *eventLog) append(e *event) {
+// Append adds an event, which must be newer than head.
+func (l *Log[E]) Append(e E) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.n == len(l.ring) {
-		l.makeRoomLocked(e.recorded)
+		l.makeRoomLocked(e.Recorded())
 	}
 	l.ring[(l.start+l.n)%len(l.ring)] = e
 	l.n++
-	l.head = e.rv
-	l.bytes += e.size()
+	l.head = e.RV()
+	l.bytes += e.Size()
 	for l.budget > 0 && l.bytes > l.budget && l.n > 1 {
-		if e.recorded.Sub(l.ring[l.start].recorded) < l.window {
+		if e.Recorded().Sub(l.ring[l.start].Recorded()) < l.window {
 			l.evicted++
 		}
 		l.dropOldestLocked()
 	}
 }
 
-// advance moves head to rv on a progress notification, without an event.
-func (l *eventLog) advance(rv uint64) {
+// Advance moves head to rv on a progress notification, without an event.
+func (l *Log[E]) Advance(rv uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if rv > l.head {
@@ -155,9 +174,9 @@ func (l *eventLog) advance(rv uint64) {
 	}
 }
 
-func (l *eventLog) makeRoomLocked(now time.Time) {
+func (l *Log[E]) makeRoomLocked(now time.Time) {
 	oldest := l.ring[l.start]
-	inWindow := now.Sub(oldest.recorded) < l.window
+	inWindow := now.Sub(oldest.Recorded()) < l.window
 	switch {
 	case inWindow && len(l.ring) < l.maxSize:
 		l.resizeLocked(min(2*len(l.ring), l.maxSize))
@@ -169,23 +188,24 @@ func (l *eventLog) makeRoomLocked(now time.Time) {
 	}
 }
 
-func (l *eventLog) dropOldestLocked() {
+func (l *Log[E]) dropOldestLocked() {
 	l.trimmed = true
 	oldest := l.ring[l.start]
-	l.ring[l.start] = nil
+	var zero E
+	l.ring[l.start] = zero
 	l.start = (l.start + 1) % len(l.ring)
 	l.n--
-	l.since = oldest.rv
-	l.bytes -= oldest.size()
+	l.since = oldest.RV()
+	l.bytes -= oldest.Size()
 }
 
 // resizeLocked moves the events into a ring of the given size, dropping the
 // oldest ones that do not fit.
-func (l *eventLog) resizeLocked(size int) {
+func (l *Log[E]) resizeLocked(size int) {
 	for l.n > size {
 		l.dropOldestLocked()
 	}
-	ring := make([]*event, size)
+	ring := make([]E, size)
 	for i := 0; i < l.n; i++ {
 		ring[i] = l.ring[(l.start+i)%len(l.ring)]
 	}
@@ -198,7 +218,7 @@ func (l *eventLog) resizeLocked(size int) {
 // were recorded. It used to count them, which on a full ring at 100 writes
 // a second and 75 s of window was 7,500 steps an append: 4% of the
 // server's CPU under the agents workload (docs/benchmarks.md).
-func (l *eventLog) fewInWindowLocked(now time.Time) bool {
+func (l *Log[E]) fewInWindowLocked(now time.Time) bool {
 	q := len(l.ring) / 4
 	switch {
 	case q == 0:
@@ -206,13 +226,13 @@ func (l *eventLog) fewInWindowLocked(now time.Time) bool {
 	case l.n < q:
 		return true
 	}
-	return now.Sub(l.ring[(l.start+l.n-q)%len(l.ring)].recorded) >= l.window
+	return now.Sub(l.ring[(l.start+l.n-q)%len(l.ring)].Recorded()) >= l.window
 }
 
-// after returns up to limit events with resourceVersion greater than rv, in
+// After returns up to limit events with resourceVersion greater than rv, in
 // order. ok is false when rv is older than the log: events after it were
 // dropped, so a watcher at rv cannot be served.
-func (l *eventLog) after(rv uint64, limit int) (events []*event, ok bool) {
+func (l *Log[E]) After(rv uint64, limit int) (events []E, ok bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if rv < l.since {
@@ -225,9 +245,9 @@ func (l *eventLog) after(rv uint64, limit int) (events []*event, ok bool) {
 	return events, true
 }
 
-// between returns the events with resourceVersions in (rv, upTo], in
+// Between returns the events with resourceVersions in (rv, upTo], in
 // order; ok is false when the log no longer holds all of them.
-func (l *eventLog) between(rv, upTo uint64) (events []*event, ok bool) {
+func (l *Log[E]) Between(rv, upTo uint64) (events []E, ok bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if rv < l.since {
@@ -235,7 +255,7 @@ func (l *eventLog) between(rv, upTo uint64) (events []*event, ok bool) {
 	}
 	for i := l.searchLocked(rv); i < l.n; i++ {
 		e := l.ring[(l.start+i)%len(l.ring)]
-		if e.rv > upTo {
+		if e.RV() > upTo {
 			break
 		}
 		events = append(events, e)
@@ -244,11 +264,11 @@ func (l *eventLog) between(rv, upTo uint64) (events []*event, ok bool) {
 }
 
 // searchLocked returns the index of the first event newer than rv.
-func (l *eventLog) searchLocked(rv uint64) int {
+func (l *Log[E]) searchLocked(rv uint64) int {
 	lo, hi := 0, l.n
 	for lo < hi {
 		mid := (lo + hi) / 2
-		if l.ring[(l.start+mid)%len(l.ring)].rv <= rv {
+		if l.ring[(l.start+mid)%len(l.ring)].RV() <= rv {
 			lo = mid + 1
 		} else {
 			hi = mid
@@ -257,41 +277,41 @@ func (l *eventLog) searchLocked(rv uint64) int {
 	return lo
 }
 
-// bounds returns since and head.
-func (l *eventLog) bounds() (since, head uint64) {
+// Bounds returns since and head.
+func (l *Log[E]) Bounds() (since, head uint64) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.since, l.head
 }
 
-// capacity returns the ring's size, for metrics and tests.
-func (l *eventLog) capacity() int {
+// Capacity returns the ring's size, for metrics and tests.
+func (l *Log[E]) Capacity() int {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return len(l.ring)
 }
 
-// usage returns the bytes the log's events hold, and how many events the
+// Usage returns the bytes the log's events hold, and how many events the
 // budget evicted inside the window so far.
-func (l *eventLog) usage() (bytes int64, evicted uint64) {
+func (l *Log[E]) Usage() (bytes int64, evicted uint64) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.bytes, l.evicted
 }
 
-// len returns how many events the log holds.
-func (l *eventLog) len() int {
+// Len returns how many events the log holds.
+func (l *Log[E]) Len() int {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.n
 }
 
-// dropUpTo drops every event at or before rv, as if the log had aged them
+// DropUpTo drops every event at or before rv, as if the log had aged them
 // out. Tests use it to make the cache lose history.
-func (l *eventLog) dropUpTo(rv uint64) {
+func (l *Log[E]) DropUpTo(rv uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for l.n > 0 && l.ring[l.start].rv <= rv {
+	for l.n > 0 && l.ring[l.start].RV() <= rv {
 		l.dropOldestLocked()
 	}
 	if rv > l.since {

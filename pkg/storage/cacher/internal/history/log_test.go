@@ -1,4 +1,4 @@
-package cacher
+package history
 
 import (
 	"cmp"
@@ -7,9 +7,24 @@ import (
 	"time"
 )
 
-func ev(rv uint64, at time.Time) *event { return &event{rv: rv, recorded: at} }
+// entry is a test event: a resourceVersion, a time and a size.
+type entry struct {
+	rv   uint64
+	at   time.Time
+	size int64
+}
 
-func rvs(events []*event) []uint64 {
+func (e *entry) RV() uint64          { return e.rv }
+func (e *entry) Recorded() time.Time { return e.at }
+func (e *entry) Size() int64         { return e.size }
+
+func ev(rv uint64, at time.Time) *entry { return &entry{rv: rv, at: at} }
+
+func newLog(window time.Duration, minSize, maxSize int, budget int64) *Log[*entry] {
+	return New[*entry](Config{Window: window, MinSize: minSize, MaxSize: maxSize, Budget: budget})
+}
+
+func rvs(events []*entry) []uint64 {
 	out := make([]uint64, len(events))
 	for i, e := range events {
 		out[i] = e.rv
@@ -17,7 +32,7 @@ func rvs(events []*event) []uint64 {
 	return out
 }
 
-func TestEventLog(t *testing.T) {
+func TestLog(t *testing.T) {
 	start := time.Unix(1000, 0)
 	tests := []struct {
 		name         string
@@ -74,61 +89,59 @@ func TestEventLog(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newEventLog(tc.window, tc.min, tc.max)
-			l.reset(10)
+			l := newLog(tc.window, tc.min, tc.max, 0)
+			l.Reset(10)
 			for i, off := range tc.appends {
-				l.append(ev(uint64(i+11), start.Add(off)))
+				l.Append(ev(uint64(i+11), start.Add(off)))
 			}
-			events, ok := l.after(tc.since, 100)
+			events, ok := l.After(tc.since, 100)
 			if ok != tc.wantOK {
 				t.Fatalf("after(%d) ok = %v, want %v", tc.since, ok, tc.wantOK)
 			}
 			if got := rvs(events); !slices.Equal(got, tc.wantEvents) {
 				t.Fatalf("after(%d) = %v, want %v", tc.since, got, tc.wantEvents)
 			}
-			if l.capacity() != tc.wantCapacity {
-				t.Errorf("capacity = %d, want %d", l.capacity(), tc.wantCapacity)
+			if l.Capacity() != tc.wantCapacity {
+				t.Errorf("capacity = %d, want %d", l.Capacity(), tc.wantCapacity)
 			}
-			if since, _ := l.bounds(); since < tc.wantSince {
+			if since, _ := l.Bounds(); since < tc.wantSince {
 				t.Errorf("since = %d, want at least %d", since, tc.wantSince)
 			}
 		})
 	}
 }
 
-func TestEventLogAfterLimitAndProgress(t *testing.T) {
-	l := newEventLog(time.Minute, 4, 4)
-	l.reset(5)
-	l.advance(9)
-	if since, head := l.bounds(); since != 9 || head != 9 {
+func TestLogAfterLimitAndProgress(t *testing.T) {
+	l := newLog(time.Minute, 4, 4, 0)
+	l.Reset(5)
+	l.Advance(9)
+	if since, head := l.Bounds(); since != 9 || head != 9 {
 		t.Fatalf("progress on an empty log: since=%d head=%d, want 9 9", since, head)
 	}
 	now := time.Now()
 	for rv := uint64(10); rv <= 12; rv++ {
-		l.append(ev(rv, now))
+		l.Append(ev(rv, now))
 	}
-	l.advance(20)
-	if since, head := l.bounds(); since != 9 || head != 20 {
+	l.Advance(20)
+	if since, head := l.Bounds(); since != 9 || head != 20 {
 		t.Fatalf("progress with events: since=%d head=%d, want 9 20", since, head)
 	}
-	if got, _ := l.after(9, 2); !slices.Equal(rvs(got), []uint64{10, 11}) {
+	if got, _ := l.After(9, 2); !slices.Equal(rvs(got), []uint64{10, 11}) {
 		t.Fatalf("after with limit 2 = %v", rvs(got))
 	}
-	l.dropUpTo(11)
-	if got, ok := l.after(11, 10); !ok || !slices.Equal(rvs(got), []uint64{12}) {
+	l.DropUpTo(11)
+	if got, ok := l.After(11, 10); !ok || !slices.Equal(rvs(got), []uint64{12}) {
 		t.Fatalf("after dropUpTo(11): %v %v", rvs(got), ok)
 	}
-	if _, ok := l.after(10, 10); ok {
+	if _, ok := l.After(10, 10); ok {
 		t.Fatal("a cursor before dropped events must be too old")
 	}
 }
 
-// sized is an event whose object version holds bytes, at least objectOverhead.
-func sized(rv uint64, at time.Time, bytes int64) *event {
-	return &event{rv: rv, recorded: at, cur: &object{rv: rv, raw: make([]byte, bytes-objectOverhead)}}
-}
+// sized is an event of bytes.
+func sized(rv uint64, at time.Time, bytes int64) *entry { return &entry{rv: rv, at: at, size: bytes} }
 
-func TestEventLogBudget(t *testing.T) {
+func TestLogBudget(t *testing.T) {
 	start := time.Now()
 	for _, tc := range []struct {
 		name   string
@@ -153,23 +166,23 @@ func TestEventLogBudget(t *testing.T) {
 			sizes: []int64{4000, 4000, 4000}, wantEvents: []uint64{12, 13}, wantBytes: 8000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newEventLog(10*time.Second, 4, 64).withBudget(tc.budget)
-			l.reset(10)
+			l := newLog(10*time.Second, 4, 64, tc.budget)
+			l.Reset(10)
 			interval := cmp.Or(tc.interval, time.Second)
 			for i, size := range tc.sizes {
-				l.append(sized(uint64(11+i), start.Add(time.Duration(i)*interval), size))
+				l.Append(sized(uint64(11+i), start.Add(time.Duration(i)*interval), size))
 			}
-			since, _ := l.bounds()
-			events, ok := l.after(since, 100)
+			since, _ := l.Bounds()
+			events, ok := l.After(since, 100)
 			if !ok || !slices.Equal(rvs(events), tc.wantEvents) {
 				t.Fatalf("events %v (ok %v), want %v", rvs(events), ok, tc.wantEvents)
 			}
-			if bytes, evicted := l.usage(); bytes != tc.wantBytes || evicted != tc.wantEvicted {
+			if bytes, evicted := l.Usage(); bytes != tc.wantBytes || evicted != tc.wantEvicted {
 				t.Errorf("usage = %d bytes, %d evicted; want %d, %d", bytes, evicted, tc.wantBytes, tc.wantEvicted)
 			}
 			// A watcher from before what the budget removed is too old.
 			if len(tc.wantEvents) < len(tc.sizes) {
-				if _, ok := l.after(10, 100); ok {
+				if _, ok := l.After(10, 100); ok {
 					t.Error("a cursor before evicted events must be too old")
 				}
 			}
@@ -177,22 +190,22 @@ func TestEventLogBudget(t *testing.T) {
 	}
 }
 
-func TestEventLogPrependBudget(t *testing.T) {
+func TestLogPrependBudget(t *testing.T) {
 	now := time.Now()
-	l := newEventLog(time.Minute, 4, 64).withBudget(10000)
-	l.reset(20)
-	generation := l.resets()
-	l.append(sized(21, now, 5000))
-	older := []*event{sized(11, now, 3000), sized(12, now, 3000), sized(13, now, 2000)}
-	if !l.prepend(older, 10, 20, generation) {
+	l := newLog(time.Minute, 4, 64, 10000)
+	l.Reset(20)
+	generation := l.Resets()
+	l.Append(sized(21, now, 5000))
+	older := []*entry{sized(11, now, 3000), sized(12, now, 3000), sized(13, now, 2000)}
+	if !l.Prepend(older, 10, 20, generation) {
 		t.Fatal("prepend refused")
 	}
-	since, _ := l.bounds()
-	events, _ := l.after(since, 100)
+	since, _ := l.Bounds()
+	events, _ := l.After(since, 100)
 	if since != 11 || !slices.Equal(rvs(events), []uint64{12, 13, 21}) {
 		t.Fatalf("after prepend: since %d, events %v; want since 11, [12 13 21]", since, rvs(events))
 	}
-	if bytes, _ := l.usage(); bytes != 10000 {
+	if bytes, _ := l.Usage(); bytes != 10000 {
 		t.Errorf("bytes = %d, want 10000", bytes)
 	}
 }

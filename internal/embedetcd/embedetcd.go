@@ -72,7 +72,7 @@ func Start(c Config) (*embed.Etcd, string, error) {
 	}
 	cfg.UnsafeNoFsync = c.Throwaway
 	cfg.AutoCompactionRetention = "0"
-	client, peer := loopbackURL(c.ClientPort), loopbackURL(c.PeerPort)
+	client, peer := LoopbackURL(c.ClientPort), LoopbackURL(c.PeerPort)
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
@@ -94,7 +94,8 @@ func Start(c Config) (*embed.Etcd, string, error) {
 	return e, client.String(), nil
 }
 
-func loopbackURL(port int) url.URL {
+// LoopbackURL is http://127.0.0.1:port, an etcd client or peer URL.
+func LoopbackURL(port int) url.URL {
 	return url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 }
 

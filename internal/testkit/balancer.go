@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -84,19 +85,9 @@ func (b *Balancer) forward(in net.Conn) {
 	_ = in.Close()
 }
 
+// copyAndClose copies src to dst until either side ends, then closes both.
 func copyAndClose(c *proxyConn, dst, src net.Conn) {
-	buf := make([]byte, 32*1024)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				break
-			}
-		}
-		if err != nil {
-			break
-		}
-	}
+	_, _ = io.Copy(dst, src)
 	c.close(false)
 }
 

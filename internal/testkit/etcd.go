@@ -2,12 +2,12 @@ package testkit
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/embedetcd"
 )
 
 // Member is one member of an etcd cluster on 127.0.0.1 that runs as its
@@ -29,7 +29,8 @@ func (m Member) ClientURL() string { return loopbackURL(m.ClientPort) }
 func (m Member) PeerURL() string { return loopbackURL(m.PeerPort) }
 
 func loopbackURL(port int) string {
-	return "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	u := embedetcd.LoopbackURL(port)
+	return u.String()
 }
 
 // NewMember returns a member with free ports and its data in dir/name.

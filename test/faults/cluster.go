@@ -159,6 +159,22 @@ func (c *cluster) compactToHead(ctx context.Context) error {
 	return err
 }
 
+// busiestForServer returns which of the first n members holds most of the
+// server's etcd watchers, and each one's count.
+func (c *cluster) busiestForServer(ctx context.Context, n int) (busiest int, counts []int, err error) {
+	for i := range n {
+		w, err := c.serverWatchers(ctx, i)
+		if err != nil {
+			return 0, nil, err
+		}
+		counts = append(counts, w)
+		if w > counts[busiest] {
+			busiest = i
+		}
+	}
+	return busiest, counts, nil
+}
+
 // serverWatchers returns how many etcd watchers member i holds for others
 // than the ground truth, from its metrics.
 func (c *cluster) serverWatchers(ctx context.Context, i int) (int, error) {

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 )
 
 var (

@@ -132,17 +132,9 @@ func leaderLoss(ctx context.Context, e *env) error {
 // killServersMember kills, for 6 s, the member holding most of the
 // server's etcd watches, with --etcd-servers listing all three.
 func killServersMember(ctx context.Context, e *env) error {
-	victim, most := 0, -1
-	var counts []int
-	for i := range e.cluster.Members {
-		n, err := e.cluster.serverWatchers(ctx, i)
-		if err != nil {
-			return err
-		}
-		counts = append(counts, n)
-		if n > most {
-			victim, most = i, n
-		}
+	victim, counts, err := e.cluster.busiestForServer(ctx, len(e.cluster.Members))
+	if err != nil {
+		return err
 	}
 	e.notef("the server's etcd watchers by member: %v; killed member %d", counts, victim+1)
 	return killAndRestart(func(*env) []int { return []int{victim} }, 6*time.Second)(ctx, e)
@@ -330,7 +322,7 @@ type stormResult struct {
 func reconnectStorm(ctx context.Context, e *env) error {
 	before := make([]int, len(e.streams))
 	for i, s := range e.streams {
-		before[i], _ = s.watchesOpened()
+		before[i] = s.watchesOpened()
 	}
 	e.balancer.Replace(0, strings.TrimPrefix(e.servers[1].config.Host, "https://"))
 	killed := time.Now()
@@ -338,7 +330,7 @@ func reconnectStorm(ctx context.Context, e *env) error {
 	// Every stream's watch was on the killed replica: each must open one more.
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		for i, s := range e.streams {
-			if opened, _ := s.watchesOpened(); opened <= before[i] {
+			if s.watchesOpened() <= before[i] {
 				return false, nil
 			}
 		}
@@ -365,20 +357,14 @@ func reconnectStorm(ctx context.Context, e *env) error {
 // server's endpoint, to it. The last member is left alone: the ground
 // truth watches there.
 func memberReplaced(ctx context.Context, e *env) error {
-	victim, most := 0, -1
-	for i := range len(e.cluster.Members) - 1 {
-		n, err := e.cluster.serverWatchers(ctx, i)
-		if err != nil {
-			return err
-		}
-		if n > most {
-			victim, most = i, n
-		}
+	victim, counts, err := e.cluster.busiestForServer(ctx, len(e.cluster.Members)-1)
+	if err != nil {
+		return err
 	}
 	if err := e.cluster.replace(ctx, victim); err != nil {
 		return err
 	}
 	e.proxies[victim].Retarget(strings.TrimPrefix(e.cluster.Members[victim].ClientURL(), "http://"))
-	e.notef("replaced member %d (%d of the server's etcd watchers) with %s", victim+1, most, e.cluster.Members[victim].Name)
+	e.notef("replaced member %d (%d of the server's etcd watchers) with %s", victim+1, counts[victim], e.cluster.Members[victim].Name)
 	return e.cluster.waitLeader(ctx)
 }

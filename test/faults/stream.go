@@ -307,9 +307,9 @@ func (s *stream) seenAt(key string) (time.Time, bool) {
 	return at, ok
 }
 
-// watchesOpened returns how many watches s opened, and how many ended.
-func (s *stream) watchesOpened() (opened, ended int) {
+// watchesOpened returns how many watches s opened.
+func (s *stream) watchesOpened() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.opened, len(s.ends)
+	return s.opened
 }

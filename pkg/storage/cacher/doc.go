@@ -4,27 +4,28 @@
 //
 // # Data flow
 //
-//		etcd ──► source ──► ingest ──► dispatcher ──┬─► store     (current objects, snapshots by resourceVersion)
-//		         etcd_watch.go  ingest.go            ├─► history   (internal/history: recent events, by resourceVersion)
-//		         backfill.go                         └─► fan-out   (watcher_index.go, internal/shard: the watchers an event matches)
-//		         consistency.go                              └─► watcher ──► client
+//	etcd ──► source ──► ingest ──► dispatcher ──┬─► store     (current objects, snapshots by resourceVersion)
+//	         etcd_watch.go  ingest.go            ├─► history   (internal/history: recent events, by resourceVersion)
+//	         backfill.go                         └─► fan-out   (watcher_index.go, internal/shard: the watchers an event matches)
+//	         consistency.go                              └─► watcher ──► client
 //
-//	  - The source lists etcd once, then watches it from that revision; it
-//	    re-watches from its head after the watch ends, backfills history after
-//	    a warm start, and compares keys with etcd now and then.
-//	  - Ingest turns each etcd event into an object version: its encoded bytes
-//	    plus what selectors read (object.go), with shard hashes and shared
-//	    label sets (interner.go).
-//	  - The dispatcher applies an event to the store and the history under one
-//	    lock, and hands it to the watchers the index finds for it; a watcher
-//	    that falls behind reads the history through its own cursor, so a slow
-//	    watcher is never closed for being slow.
-//	  - Lists read a snapshot of the store at their resourceVersion (list.go);
-//	    watch-lists stream the snapshot and then join the fan-out
-//	    (initial_events_gate.go paces them).
-//	  - Responses are the object's bytes where the client's encoding matches
-//	    them, and decoded and encoded once per object version and encoding
-//	    otherwise (object_codec.go, caching_object.go).
+// Each stage:
+//   - The source lists etcd once, then watches it from that revision; it
+//     re-watches from its head after the watch ends, backfills history after
+//     a warm start, and compares keys with etcd now and then.
+//   - Ingest turns each etcd event into an object version: its encoded bytes
+//     plus what selectors read (object.go), with shard hashes and shared
+//     label sets (interner.go).
+//   - The dispatcher applies an event to the store and the history under one
+//     lock, and hands it to the watchers the index finds for it; a watcher
+//     that falls behind reads the history through its own cursor, so a slow
+//     watcher is never closed for being slow.
+//   - Lists read a snapshot of the store at their resourceVersion (list.go);
+//     watch-lists stream the snapshot and then join the fan-out
+//     (initial_events_gate.go paces them).
+//   - Responses are the object's bytes where the client's encoding matches
+//     them, and decoded and encoded once per object version and encoding
+//     otherwise (object_codec.go, caching_object.go).
 //
 // # Lock order
 //

@@ -100,19 +100,44 @@ func (d *dispatcher) sharedBookmarkLocked(rv uint64) runtime.Object {
 
 // beginShutdown sends a bookmark at the head to every synced watcher that
 // accepts bookmarks, and makes register do the same for every watcher
-// after; see Shutdown. A catching-up watcher is sending events already. It
-// returns the watchers it sent a bookmark to.
+// after; see Shutdown. A synced watcher whose channel is full is parked: its
+// catch-up waits for room, which the dispatcher's lock cannot. A
+// catching-up watcher gets its bookmark from its catch-up, once it reaches
+// the head (owesShutdownBookmark). It returns every watcher owed a
+// bookmark, for Begin to wait on.
 func (d *dispatcher) beginShutdown() []*watcher {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.shuttingDown = true
-	var sent []*watcher
+	var owed, full []*watcher
+	for w := range d.lagging {
+		if w.bookmarks {
+			owed = append(owed, w)
+		}
+	}
 	d.synced.each(func(w *watcher) {
-		if d.bookmarkNowLocked(w) {
-			sent = append(sent, w)
+		if !w.bookmarks {
+			return
+		}
+		owed = append(owed, w)
+		if !d.bookmarkNowLocked(w) {
+			full = append(full, w)
 		}
 	})
-	return sent
+	// A synced watcher has had everything up to the head.
+	_, head := d.log.Bounds()
+	for _, w := range full {
+		d.parkLocked(w, head)
+	}
+	return owed
+}
+
+// owesShutdownBookmark reports whether w, caught up by its catch-up
+// goroutine, must be sent its shutdown bookmark before it syncs.
+func (d *dispatcher) owesShutdownBookmark(w *watcher) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.shuttingDown && w.bookmarks && !w.shutdownBookmarked.Load()
 }
 
 // bookmarkNowLocked offers a synced watcher a bookmark at the head, if it
@@ -130,6 +155,7 @@ func (d *dispatcher) bookmarkNowLocked(w *watcher) bool {
 	select {
 	case w.ch <- watch.Event{Type: watch.Bookmark, Object: d.sharedBookmarkLocked(rv)}:
 		w.sent = rv
+		w.shutdownBookmarked.Store(true)
 		return true
 	default:
 		return false

@@ -417,6 +417,17 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 		if len(events) == catchUpBatch {
 			continue
 		}
+		if d.owesShutdownBookmark(w) {
+			// At its cursor: everything up to it was delivered. Sent here,
+			// where the send can wait for room, not by trySync, which holds
+			// the dispatcher's lock.
+			if !w.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(w.cursor, false)}) {
+				d.endCatchUp(w)
+				return
+			}
+			w.sent = w.cursor
+			w.shutdownBookmarked.Store(true)
+		}
 		if d.trySync(w) {
 			d.metrics.lag.Observe(float64(replayed))
 			return
@@ -475,12 +486,13 @@ func (d *dispatcher) trySync(w *watcher) bool {
 	if events, ok := d.log.After(w.cursor, 1); !ok || len(events) > 0 {
 		return false
 	}
+	if d.shuttingDown && w.bookmarks && !w.shutdownBookmarked.Load() {
+		// Shutdown began after the catch-up looked: it goes round once
+		// more and sends the bookmark, waiting for room if it must.
+		return false
+	}
 	delete(d.lagging, w)
 	d.addLocked(w)
-	if d.shuttingDown {
-		// It was catching up when shutdown began, and got no bookmark then.
-		d.bookmarkNowLocked(w)
-	}
 	return true
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 )
@@ -105,5 +106,46 @@ func TestShutdownBookmarksEveryWatcher(t *testing.T) {
 	got := receive(t, behind, 4)
 	if got[3].typ != watch.Bookmark || got[3].rv != fmt.Sprint(d.rv) {
 		t.Fatalf("a watcher catching up: got %v, want its 3 events, then a bookmark at %d", got, d.rv)
+	}
+}
+
+// TestShutdownBookmarksAFullWatcher checks a synced watcher whose channel is
+// full when shutdown begins: its bookmark cannot go out under the
+// dispatcher's lock, and must come once the consumer makes room, after the
+// event it had not read yet; Begin waits for it. It used to be dropped, and
+// the watch ended with no bookmark.
+func TestShutdownBookmarksAFullWatcher(t *testing.T) {
+	d := newTestDispatcher(64)
+	d.put("a", nil, "n1")
+	s := NewShutdown()
+	s.register(d.dispatcher)
+	withBookmarks := storage.Everything
+	withBookmarks.AllowWatchBookmarks = true
+	w := d.watch(t, withBookmarks, 1)
+	d.put("b", nil, "n1") // fills the channel of one
+
+	begun := make(chan struct{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() {
+		s.Begin(ctx)
+		close(begun)
+	}()
+	// The channel must still be full when shutdown begins.
+	if err := wait.PollUntilContextCancel(ctx, time.Millisecond, true, func(context.Context) (bool, error) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.shuttingDown, nil
+	}); err != nil {
+		t.Fatal("shutdown never began")
+	}
+	got := receive(t, w, 2)
+	if got[0].name != "b" || got[1].typ != watch.Bookmark || got[1].rv != fmt.Sprint(d.rv) {
+		t.Fatalf("a full watcher: got %v, want b, then a bookmark at %d", got, d.rv)
+	}
+	select {
+	case <-begun:
+	case <-ctx.Done():
+		t.Fatal("Begin did not return once the full watcher took its bookmark")
 	}
 }

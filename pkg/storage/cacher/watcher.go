@@ -65,6 +65,9 @@ type watcher struct {
 	onInitialized func()
 	// onEnd is called once when the watcher ends; nil if nobody listens.
 	onEnd func()
+	// shutdownBookmarked is set once the watcher was sent its shutdown
+	// bookmark (see Shutdown); Begin reads it from its own goroutine.
+	shutdownBookmarked atomic.Bool
 
 	// The fields below are guarded by dispatcher.mu, except that cursor is
 	// owned by the catch-up goroutine while the state is catchingUp.
@@ -132,14 +135,14 @@ func (w *watcher) initialized() {
 	}
 }
 
-// drained reports whether the consumer has taken everything sent so far,
-// or stopped.
+// drained reports whether the watcher was sent its shutdown bookmark and
+// the consumer has taken everything sent so far, or whether it stopped.
 func (w *watcher) drained() bool {
 	select {
 	case <-w.done:
 		return true
 	default:
-		return len(w.ch) == 0
+		return w.shutdownBookmarked.Load() && len(w.ch) == 0
 	}
 }
 

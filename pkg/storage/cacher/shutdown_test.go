@@ -11,18 +11,32 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 )
 
+// everythingWithBookmarks selects everything, with bookmarks.
+var everythingWithBookmarks = func() storage.SelectionPredicate {
+	p := storage.Everything
+	p.AllowWatchBookmarks = true
+	return p
+}()
+
+// newShutdownTest is a dispatcher holding pods named names, registered
+// with a new Shutdown.
+func newShutdownTest(names ...string) (*testDispatcher, *Shutdown) {
+	d := newTestDispatcher(64)
+	for _, name := range names {
+		d.put(name, nil, "n1")
+	}
+	s := NewShutdown()
+	s.register(d.dispatcher)
+	return d, s
+}
+
 // TestShutdownWaitsForBookmarks checks that Begin returns only once each
 // bookmarked watcher has taken its bookmark, since the generic server ends
 // every watch as soon as its pre-shutdown hooks return, and that a cache
 // registered after Begin bookmarks its watchers too.
 func TestShutdownWaitsForBookmarks(t *testing.T) {
-	d := newTestDispatcher(64)
-	d.put("a", nil, "n1")
-	s := NewShutdown()
-	s.register(d.dispatcher)
-	withBookmarks := storage.Everything
-	withBookmarks.AllowWatchBookmarks = true
-	w := d.watch(t, withBookmarks, 10)
+	d, s := newShutdownTest("a")
+	w := d.watch(t, everythingWithBookmarks, 10)
 
 	begun := make(chan struct{})
 	go func() {
@@ -46,7 +60,7 @@ func TestShutdownWaitsForBookmarks(t *testing.T) {
 
 	later := newTestDispatcher(64)
 	later.put("b", nil, "n1")
-	lw := later.watch(t, withBookmarks, 10)
+	lw := later.watch(t, everythingWithBookmarks, 10)
 	s.register(later.dispatcher)
 	if got := receive(t, lw, 1); got[0].typ != watch.Bookmark {
 		t.Fatalf("a cache registered after Begin: got %v, want a bookmark", got)
@@ -56,13 +70,8 @@ func TestShutdownWaitsForBookmarks(t *testing.T) {
 // TestShutdownGivesUp checks that Begin returns when its context ends,
 // even if a watcher never reads.
 func TestShutdownGivesUp(t *testing.T) {
-	d := newTestDispatcher(64)
-	d.put("a", nil, "n1")
-	s := NewShutdown()
-	s.register(d.dispatcher)
-	withBookmarks := storage.Everything
-	withBookmarks.AllowWatchBookmarks = true
-	d.watch(t, withBookmarks, 10)
+	d, s := newShutdownTest("a")
+	d.watch(t, everythingWithBookmarks, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.Begin(ctx) // returns: the test would time out otherwise
@@ -75,22 +84,15 @@ func TestShutdownGivesUp(t *testing.T) {
 // bookmark once it reaches the head. Without one, either would end with
 // nothing delivered and client-go would re-list.
 func TestShutdownBookmarksEveryWatcher(t *testing.T) {
-	d := newTestDispatcher(64)
-	for _, name := range []string{"a", "b", "c"} {
-		d.put(name, nil, "n1")
-	}
-	s := NewShutdown()
-	s.register(d.dispatcher)
-	withBookmarks := storage.Everything
-	withBookmarks.AllowWatchBookmarks = true
+	d, s := newShutdownTest("a", "b", "c")
 
-	ahead := mustWatcher(t, d.dispatcher, "/pods/", true, withBookmarks, 10)
+	ahead := mustWatcher(t, d.dispatcher, "/pods/", true, everythingWithBookmarks, 10)
 	if _, err := d.register(ahead, false, false, false, d.rv+5); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ahead.Stop)
 	// A buffer of one: the catch-up from the first event blocks on it.
-	behind := mustWatcher(t, d.dispatcher, "/pods/", true, withBookmarks, 1)
+	behind := mustWatcher(t, d.dispatcher, "/pods/", true, everythingWithBookmarks, 1)
 	if _, err := d.register(behind, false, false, false, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -115,13 +117,8 @@ func TestShutdownBookmarksEveryWatcher(t *testing.T) {
 // event it had not read yet; Begin waits for it. It used to be dropped, and
 // the watch ended with no bookmark.
 func TestShutdownBookmarksAFullWatcher(t *testing.T) {
-	d := newTestDispatcher(64)
-	d.put("a", nil, "n1")
-	s := NewShutdown()
-	s.register(d.dispatcher)
-	withBookmarks := storage.Everything
-	withBookmarks.AllowWatchBookmarks = true
-	w := d.watch(t, withBookmarks, 1)
+	d, s := newShutdownTest("a")
+	w := d.watch(t, everythingWithBookmarks, 1)
 	d.put("b", nil, "n1") // fills the channel of one
 
 	begun := make(chan struct{})

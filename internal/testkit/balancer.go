@@ -25,12 +25,11 @@ type Balancer struct {
 
 // NewBalancer listens on a free loopback port.
 func NewBalancer(backends []string) (*Balancer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	b := &Balancer{backends: backends, out: map[int]bool{}, conns: map[int]map[*proxyConn]struct{}{}}
+	var err error
+	if b.ln, err = serveLoopback(b.forward); err != nil {
 		return nil, err
 	}
-	b := &Balancer{ln: ln, backends: backends, out: map[int]bool{}, conns: map[int]map[*proxyConn]struct{}{}}
-	go b.serve()
 	return b, nil
 }
 
@@ -39,16 +38,6 @@ func (b *Balancer) Addr() string { return b.ln.Addr().String() }
 
 // Close stops accepting; open connections stay.
 func (b *Balancer) Close() { _ = b.ln.Close() }
-
-func (b *Balancer) serve() {
-	for {
-		in, err := b.ln.Accept()
-		if err != nil {
-			return
-		}
-		go b.forward(in)
-	}
-}
 
 // forward connects in to the next backend that is in and accepts.
 func (b *Balancer) forward(in net.Conn) {

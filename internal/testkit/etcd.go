@@ -20,13 +20,24 @@ type Member struct {
 	Dir string
 	// ClientPort and PeerPort are its ports on 127.0.0.1.
 	ClientPort, PeerPort int
+	// AdvertisedPeerPort, when set, is the port its peers reach it on: its
+	// PeerProxy's.
+	AdvertisedPeerPort int
 }
 
 // ClientURL is where the member serves clients.
 func (m Member) ClientURL() string { return loopbackURL(m.ClientPort) }
 
-// PeerURL is where the member talks to its peers.
+// PeerURL is where the member listens for its peers.
 func (m Member) PeerURL() string { return loopbackURL(m.PeerPort) }
+
+// AdvertisedPeerURL is where its peers reach it.
+func (m Member) AdvertisedPeerURL() string {
+	if m.AdvertisedPeerPort != 0 {
+		return loopbackURL(m.AdvertisedPeerPort)
+	}
+	return m.PeerURL()
+}
 
 func loopbackURL(port int) string {
 	u := embedetcd.LoopbackURL(port)
@@ -47,7 +58,7 @@ func NewMember(tb testing.TB, dir, name string) Member {
 func Args(m Member, cluster []Member, existing bool) []string {
 	initial := make([]string, len(cluster))
 	for i, c := range cluster {
-		initial[i] = c.Name + "=" + c.PeerURL()
+		initial[i] = c.Name + "=" + c.AdvertisedPeerURL()
 	}
 	state := "new"
 	if existing {
@@ -57,7 +68,7 @@ func Args(m Member, cluster []Member, existing bool) []string {
 		"--name", m.Name,
 		"--data-dir", m.Dir,
 		"--listen-client-urls", m.ClientURL(), "--advertise-client-urls", m.ClientURL(),
-		"--listen-peer-urls", m.PeerURL(), "--initial-advertise-peer-urls", m.PeerURL(),
+		"--listen-peer-urls", m.PeerURL(), "--initial-advertise-peer-urls", m.AdvertisedPeerURL(),
 		"--initial-cluster", strings.Join(initial, ","),
 		"--initial-cluster-state", state,
 		"--log-level", "error",
@@ -75,6 +86,9 @@ type EtcdConfig struct {
 	Members int
 	// Extra are flags for every member.
 	Extra []string
+	// PeerProxies puts a PeerProxy in front of every member's peer port,
+	// for Partition.
+	PeerProxies bool
 }
 
 // EtcdCluster is etcd as member processes on 127.0.0.1, killed when the
@@ -83,6 +97,8 @@ type EtcdCluster struct {
 	Config  EtcdConfig
 	Members []Member
 	Procs   []*Process
+	// PeerProxies are the members' peer proxies, with EtcdConfig.PeerProxies.
+	PeerProxies []*PeerProxy
 }
 
 // StartEtcd starts the members; they serve once a majority runs.
@@ -93,7 +109,17 @@ func StartEtcd(tb testing.TB, cfg EtcdConfig) *EtcdCluster {
 	}
 	c := &EtcdCluster{Config: cfg}
 	for i := range cfg.Members {
-		c.Members = append(c.Members, NewMember(tb, cfg.Dir, fmt.Sprintf("m%d", i+1)))
+		m := NewMember(tb, cfg.Dir, fmt.Sprintf("m%d", i+1))
+		if cfg.PeerProxies {
+			p, err := NewPeerProxy(fmt.Sprintf("127.0.0.1:%d", m.PeerPort))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Cleanup(p.Close)
+			m.AdvertisedPeerPort = p.Port()
+			c.PeerProxies = append(c.PeerProxies, p)
+		}
+		c.Members = append(c.Members, m)
 	}
 	for _, m := range c.Members {
 		c.Procs = append(c.Procs, c.StartMember(tb, m, false))
@@ -116,4 +142,36 @@ func (c *EtcdCluster) Endpoints() []string {
 		urls[i] = m.ClientURL()
 	}
 	return urls
+}
+
+// Partition cuts the members into groups, by index, that cannot reach each
+// other until HealPartition; members in no group keep every link. It needs
+// EtcdConfig.PeerProxies.
+func (c *EtcdCluster) Partition(groups ...[]int) {
+	group := map[int]int{}
+	for g, members := range groups {
+		for _, m := range members {
+			group[m] = g
+		}
+	}
+	for to, p := range c.PeerProxies {
+		gt, ok := group[to]
+		if !ok {
+			continue
+		}
+		var cut []string
+		for from, m := range c.Members {
+			if gf, ok := group[from]; ok && gf != gt {
+				cut = append(cut, m.AdvertisedPeerURL())
+			}
+		}
+		p.Cut(cut...)
+	}
+}
+
+// HealPartition ends a Partition.
+func (c *EtcdCluster) HealPartition() {
+	for _, p := range c.PeerProxies {
+		p.Heal()
+	}
 }

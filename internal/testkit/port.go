@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"net"
 	"testing"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/embedetcd"
@@ -15,4 +16,23 @@ func FreePort(tb testing.TB) int {
 		tb.Fatal(err)
 	}
 	return port
+}
+
+// serveLoopback listens on a free loopback port and hands every connection
+// to handle, in a goroutine of its own, until the listener closes.
+func serveLoopback(handle func(net.Conn)) (net.Listener, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go handle(in)
+		}
+	}()
+	return ln, nil
 }

@@ -3,9 +3,12 @@ package testkit
 import (
 	"errors"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -20,6 +23,8 @@ import (
 //   - drop: new connections are refused and open ones reset until heal.
 type Proxy struct {
 	ln net.Listener
+	// toClients counts the bytes forwarded from the target to clients.
+	toClients atomic.Int64
 
 	// mu guards everything below.
 	mu     sync.Mutex
@@ -53,41 +58,27 @@ func (c *proxyConn) close(reset bool) {
 
 // NewProxy listens on a free loopback port and forwards to target.
 func NewProxy(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
 	flowing := make(chan struct{})
 	close(flowing)
-	p := &Proxy{ln: ln, target: target, conns: map[*proxyConn]struct{}{}, flowing: flowing}
-	go p.serve()
+	p := &Proxy{target: target, conns: map[*proxyConn]struct{}{}, flowing: flowing}
+	var err error
+	if p.ln, err = serveLoopback(p.connect); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
 // URL is the proxy's address as an etcd client URL.
 func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
 
-func (p *Proxy) serve() {
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		refuse := p.refuse
-		p.mu.Unlock()
-		if refuse {
-			(&proxyConn{client: in, server: in}).close(true)
-			continue
-		}
-		go p.connect(in)
-	}
-}
-
 func (p *Proxy) connect(in net.Conn) {
 	p.mu.Lock()
-	target := p.target
+	target, refuse := p.target, p.refuse
 	p.mu.Unlock()
+	if refuse {
+		(&proxyConn{client: in, server: in}).close(true)
+		return
+	}
 	out, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		(&proxyConn{client: in, server: in}).close(true)
@@ -160,11 +151,18 @@ func (p *Proxy) pipe(c *proxyConn, dst, src net.Conn) {
 				break
 			}
 		}
+		if dst == c.client {
+			p.toClients.Add(int64(len(ch.data)))
+		}
 		if _, err := dst.Write(ch.data); err != nil {
 			return
 		}
 	}
 }
+
+// ToClients returns how many bytes the proxy has forwarded from its target
+// to its clients: which member serves a client's busiest watch shows here.
+func (p *Proxy) ToClients() int64 { return p.toClients.Load() }
 
 func (p *Proxy) latency() time.Duration {
 	p.mu.Lock()
@@ -200,10 +198,7 @@ func (p *Proxy) SetDelay(delay, jitter time.Duration) {
 // Reset resets every open connection.
 func (p *Proxy) Reset() {
 	p.mu.Lock()
-	conns := make([]*proxyConn, 0, len(p.conns))
-	for c := range p.conns {
-		conns = append(conns, c)
-	}
+	conns := slices.Collect(maps.Keys(p.conns))
 	p.mu.Unlock()
 	for _, c := range conns {
 		c.close(true)

@@ -65,6 +65,10 @@ func TestProxy(t *testing.T) {
 	if got, err := roundTrip(c, "plain", time.Second); err != nil || got != "plain" {
 		t.Fatalf("through a healthy proxy: %q, %v", got, err)
 	}
+	// The echo came back: five bytes from the target to the client.
+	if got := p.ToClients(); got != int64(len("plain")) {
+		t.Fatalf("ToClients() = %d after one echo of 5 bytes, want 5", got)
+	}
 
 	t.Run("blackhole holds bytes until heal", func(t *testing.T) {
 		p.Blackhole()

@@ -32,11 +32,11 @@ type cluster struct {
 	truthClient *clientv3.Client
 }
 
-// startCluster starts n members, each with etcd's flags for loopback and
-// extra, and waits until they have a leader.
-func startCluster(tb testing.TB, etcdBin, dir string, n int, extra ...string) *cluster {
+// startCluster starts cfg's members and waits until they have a leader.
+func startCluster(tb testing.TB, cfg testkit.EtcdConfig) *cluster {
 	tb.Helper()
-	c := &cluster{tb: tb, EtcdCluster: testkit.StartEtcd(tb, testkit.EtcdConfig{Bin: etcdBin, Dir: dir, Members: n, Extra: extra})}
+	c := &cluster{tb: tb, EtcdCluster: testkit.StartEtcd(tb, cfg)}
+	n := cfg.Members
 	endpoints := c.Endpoints()
 	var err error
 	c.client, err = clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})

@@ -136,6 +136,16 @@ func assertOurs(t *testing.T, sc scenario, r *result) {
 	if m := r.storm; m != nil && m.resumed > 5*time.Second {
 		t.Errorf("the watches took %v to resume on the survivor, want within 5s", m.resumed)
 	}
+	if m := r.silent; m != nil {
+		if m.deliveredAgain == 0 || m.deliveredAgain > silentBound {
+			t.Errorf("the streams got events again %v after member %d went silent, want within %v (0: not before the heal)",
+				m.deliveredAgain, m.member+1, silentBound)
+		}
+		if m.failedAfter > 0 {
+			t.Errorf("%d of %d writes failed after the streams recovered from the silent member, want none: requests must move off it with the watch",
+				m.failedAfter, m.writesAfter)
+		}
+	}
 	// The shutdown bookmark's wiring: every watch that asked for bookmarks
 	// gets one before the server closes it, so none closes empty.
 	if sc.sigterm && r.closedEmpty > 0 {

@@ -85,6 +85,8 @@ type env struct {
 	notes    []string
 	// storm is what the reconnect storm measured, once it has.
 	storm *stormResult
+	// silent is what the member-gone-silent scenario measured, once it has.
+	silent *silentResult
 }
 
 // notef records what a fault did, for the result.
@@ -193,7 +195,8 @@ func setUp(t *testing.T, sc scenario, impl, injected string) *env {
 	if len(e.serverMembers) == 0 {
 		e.serverMembers = []int{0}
 	}
-	e.cluster = startCluster(t, bins.etcd, filepath.Join(e.dir, "etcd"), members, sc.etcdArgs...)
+	e.cluster = startCluster(t, testkit.EtcdConfig{Bin: bins.etcd, Dir: filepath.Join(e.dir, "etcd"), Members: members,
+		Extra: sc.etcdArgs, PeerProxies: sc.peerProxies})
 	var err error
 	var serverURLs []string
 	for i, m := range e.cluster.Members {
@@ -341,6 +344,7 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 	faultDone()
 	r.notes = append(r.notes, e.notes...)
 	r.storm = e.storm
+	r.silent = e.silent
 	r.unready = <-readyzDone
 
 	atHeal := e.writer.succeeded()

@@ -54,7 +54,9 @@ type result struct {
 	// tell when to retry them.
 	unclearErrors int
 	// storm is what the reconnect storm measured; nil in other scenarios.
-	storm        *stormResult
+	storm *stormResult
+	// silent is what the member-gone-silent scenario measured; nil in others.
+	silent       *silentResult
 	writesOK     int
 	writesFailed int
 	listErrors   int

@@ -26,6 +26,9 @@ type scenario struct {
 	long bool
 	// etcdArgs are extra flags for every member.
 	etcdArgs []string
+	// peerProxies puts a proxy in front of every member's peer port, so
+	// that the fault can partition the members.
+	peerProxies bool
 	// fault injects the fault and returns once it has healed.
 	fault func(ctx context.Context, e *env) error
 	// replicas is how many API servers run; 0 means 1. With several, a
@@ -56,6 +59,8 @@ var scenarios = []scenario{
 	{name: "leader loss", members: 3, fault: leaderLoss},
 	{name: "kill the server's member", members: 3, serverMembers: []int{0, 1, 2}, fault: killServersMember},
 	{name: "member replaced", members: 3, serverMembers: []int{0, 1, 2}, fault: memberReplaced},
+	{name: "member partitioned, then the leader", members: 3, peerProxies: true, fault: partition},
+	{name: "member gone silent 60s", members: 3, serverMembers: []int{0, 1, 2}, fault: memberSilent(60 * time.Second)},
 	{name: "leader transfer", members: 3, serverMembers: []int{0, 1, 2}, fault: leaderTransfer},
 	{name: "blackhole 2s", fault: blackhole(2 * time.Second)},
 	{name: "blackhole 15s", fault: blackhole(15 * time.Second)},
@@ -138,6 +143,44 @@ func killServersMember(ctx context.Context, e *env) error {
 	}
 	e.notef("the server's etcd watchers by member: %v; killed member %d", counts, victim+1)
 	return killAndRestart(func(*env) []int { return []int{victim} }, 6*time.Second)(ctx, e)
+}
+
+// partition cuts the server's member off from its two peers for 10 s, so
+// that it sits in the minority without a leader while the majority goes
+// on, then heals, waits for a leader, and cuts off whichever member leads
+// for 10 s. The server lists only member 1. Each cut is a real partition
+// through the peer proxies: held bytes both ways on every link between
+// the groups, while every member keeps serving clients.
+func partition(ctx context.Context, e *env) error {
+	e.cluster.Partition([]int{0}, []int{1, 2})
+	start := time.Now()
+	lost := false
+	for time.Since(start) < 10*time.Second {
+		lost = lost || !e.cluster.hasLeader(ctx, 0)
+		hold(ctx, 100*time.Millisecond)
+	}
+	e.cluster.HealPartition()
+	if !lost {
+		return fmt.Errorf("member 1 never lost its leader while cut off")
+	}
+	if err := e.cluster.waitLeader(ctx); err != nil {
+		return err
+	}
+	lead := e.cluster.leader(ctx)
+	if lead < 0 {
+		return fmt.Errorf("no leader to isolate")
+	}
+	var rest []int
+	for i := range e.cluster.Members {
+		if i != lead {
+			rest = append(rest, i)
+		}
+	}
+	e.cluster.Partition([]int{lead}, rest)
+	hold(ctx, 10*time.Second)
+	e.cluster.HealPartition()
+	e.notef("member 1 cut off with the minority for 10 s, then the leader, member %d, for 10 s", lead+1)
+	return e.cluster.waitLeader(ctx)
 }
 
 // leaderTransfer moves the leadership twice, 2 s apart.

@@ -307,6 +307,16 @@ func (s *stream) seenAt(key string) (time.Time, bool) {
 	return at, ok
 }
 
+// lastRV returns the newest resourceVersion s delivered, 0 before any.
+func (s *stream) lastRV() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.segments) == 0 {
+		return 0
+	}
+	return s.segments[len(s.segments)-1].last
+}
+
 // watchesOpened returns how many watches s opened.
 func (s *stream) watchesOpened() int {
 	s.mu.Lock()

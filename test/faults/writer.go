@@ -50,14 +50,15 @@ type writer struct {
 	failed map[string]int
 	// messages counts the failures by operation, code and message.
 	messages map[string]int
-	// latencies are run's acknowledged writes.
+	// latencies are run's writes, acknowledged or failed.
 	latencies []timedWrite
 }
 
-// timedWrite is when a write started and how long it took.
+// timedWrite is when a write started, how long it took and whether it failed.
 type timedWrite struct {
-	at   time.Time
-	took time.Duration
+	at     time.Time
+	took   time.Duration
+	failed bool
 }
 
 // p99 returns the 99th percentile of the latencies of the writes run
@@ -66,7 +67,7 @@ func (w *writer) p99(from, to time.Time) (time.Duration, int) {
 	w.mu.Lock()
 	var in []time.Duration
 	for _, l := range w.latencies {
-		if !l.at.Before(from) && l.at.Before(to) {
+		if !l.failed && !l.at.Before(from) && l.at.Before(to) {
 			in = append(in, l.took)
 		}
 	}
@@ -76,6 +77,22 @@ func (w *writer) p99(from, to time.Time) (time.Duration, int) {
 	}
 	slices.Sort(in)
 	return in[min(len(in)-1, len(in)*99/100)], len(in)
+}
+
+// failedBetween returns how many of run's writes started in [from, to)
+// failed, and how many started then.
+func (w *writer) failedBetween(from, to time.Time) (failed, started int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, l := range w.latencies {
+		if !l.at.Before(from) && l.at.Before(to) {
+			started++
+			if l.failed {
+				failed++
+			}
+		}
+	}
+	return failed, started
 }
 
 func newWriter(client versioned.Interface, seed uint64) *writer {
@@ -105,14 +122,15 @@ func (w *writer) run(ctx context.Context, rate float64) {
 		}
 		start := time.Now()
 		err := w.step(ctx)
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() != nil {
+			return
+		}
+		if err != nil {
 			w.fail(err)
 		}
-		if err == nil {
-			w.mu.Lock()
-			w.latencies = append(w.latencies, timedWrite{at: start, took: time.Since(start)})
-			w.mu.Unlock()
-		}
+		w.mu.Lock()
+		w.latencies = append(w.latencies, timedWrite{at: start, took: time.Since(start), failed: err != nil})
+		w.mu.Unlock()
 	}
 }
 

@@ -121,6 +121,11 @@ type Config struct {
 	// KeyReader reads etcd's keys and revisions for the consistency check;
 	// nil turns the check off. StorageDecorator sets one.
 	KeyReader KeyReader
+	// Connections, when set, closes the connections to etcd that went
+	// quiet when the cache's etcd watch does, before it is re-opened: on
+	// the same connection it would stay silent until gRPC's keepalive
+	// gives up. StorageDecorator sets one shared by its resources.
+	Connections ConnectionDropper
 	// ConsistencyCheckInterval is how often the cache compares itself with
 	// etcd, each wait jittered up to 1.5×. Negative turns the check off.
 	ConsistencyCheckInterval time.Duration

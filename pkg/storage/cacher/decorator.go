@@ -1,20 +1,28 @@
 package cacher
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/server/egressselector"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/etcdconn"
 )
 
 // StorageDecorator returns a generic.StorageDecorator that wraps each
@@ -24,7 +32,27 @@ import (
 // passes, and a KeyReader for the consistency check unless base turns the
 // check off. WithStorageDecorator puts it in a server's RESTOptionsGetter;
 // examples/sample-apiserver serves the wardle API that way.
+//
+// Every etcd connection the resources make is dialled through one
+// etcdconn.Tracker, wrapping the transport's own EgressLookup if it has
+// one, so that a cache whose etcd watch went silent closes the quiet
+// connections and its next watch reaches a member that answers.
 func StorageDecorator(base Config) generic.StorageDecorator {
+	var (
+		once    sync.Once
+		tracker *etcdconn.Tracker
+		lookErr error
+	)
+	track := func(t storagebackend.TransportConfig) (*etcdconn.Tracker, error) {
+		once.Do(func() {
+			var dial utilnet.DialFunc
+			if t.EgressLookup != nil {
+				dial, lookErr = t.EgressLookup(egressselector.Etcd.AsNetworkContext())
+			}
+			tracker = etcdconn.New(etcdconn.Config{Dial: dial})
+		})
+		return tracker, lookErr
+	}
 	return func(
 		config *storagebackend.ConfigForResource,
 		resourcePrefix string,
@@ -35,7 +63,13 @@ func StorageDecorator(base Config) generic.StorageDecorator {
 		triggerFuncs storage.IndexerFuncs,
 		indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
-		raw, destroyRaw, err := generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
+		tracker, err := track(config.Transport)
+		if err != nil {
+			return nil, nil, fmt.Errorf("etcd dialer of %s: %w", config.GroupResource, err)
+		}
+		tracked := *config
+		tracked.Transport.EgressLookup = tracker.Lookup
+		raw, destroyRaw, err := generic.NewRawStorage(&tracked, newFunc, newListFunc, resourcePrefix)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -50,9 +84,12 @@ func StorageDecorator(base Config) generic.StorageDecorator {
 		cfg.GetAttrsFunc = getAttrsFunc
 		cfg.IndexerFuncs = triggerFuncs
 		cfg.Indexers = indexers
+		if cfg.Connections == nil {
+			cfg.Connections = tracker
+		}
 		closeClient := func() {}
 		if cfg.KeyReader == nil && cfg.ConsistencyCheckInterval >= 0 {
-			client, err := newEtcdClient(config.Transport)
+			client, err := newEtcdClient(config.Transport, tracker)
 			if err != nil {
 				destroyRaw()
 				return nil, nil, fmt.Errorf("etcd client for the consistency check of %s: %w", config.GroupResource, err)
@@ -78,10 +115,10 @@ const (
 	etcdKeepaliveTimeout = 10 * time.Second
 )
 
-// newEtcdClient connects to etcd as the generic storage factory does, minus
-// its tracing and egress selection, which a few keys-only reads every few
-// minutes do not need.
-func newEtcdClient(t storagebackend.TransportConfig) (*clientv3.Client, error) {
+// newEtcdClient connects to etcd as the generic storage factory does,
+// through the tracker, minus its tracing, which a few keys-only reads every
+// few minutes do not need.
+func newEtcdClient(t storagebackend.TransportConfig, tracker *etcdconn.Tracker) (*clientv3.Client, error) {
 	var tlsConfig *tls.Config
 	tlsInfo := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile}
 	if t.CertFile != "" || t.KeyFile != "" || t.TrustedCAFile != "" {
@@ -100,6 +137,7 @@ func newEtcdClient(t storagebackend.TransportConfig) (*clientv3.Client, error) {
 		DialTimeout:          etcdDialTimeout,
 		DialKeepAliveTime:    etcdKeepaliveTime,
 		DialKeepAliveTimeout: etcdKeepaliveTimeout,
+		DialOptions:          []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return tracker.Dial(ctx, "tcp", addr) })},
 		Logger:               logger,
 	})
 }

@@ -24,9 +24,9 @@ const (
 	// endClosed: the watch ended without an error, as when etcd or the
 	// connection to it closes the stream.
 	endClosed = "closed"
-	// endSilent: no event and no progress notification for two progress
-	// request intervals, the second after asking for progress. A blackholed
-	// connection looks like this and may never return an error.
+	// endSilent: no event and no progress notification for a progress
+	// request interval, and no answer when asked for one (silence.go). A
+	// blackholed connection looks like this and may never return an error.
 	endSilent = "silent"
 	// endNoLeader: the etcd member the server talks to lost its leader
 	// (the etcd3 store watches with WithRequireLeader).
@@ -204,25 +204,24 @@ func (c *Cacher) watchWith(ctx context.Context, rv uint64, relist <-chan string,
 	// connection it gives up after a second, and the silence check asks again.
 	c.requestProgressWithin(time.Second)
 
-	interval := c.cfg.ProgressRequestInterval
-	silence := c.cfg.Clock.NewTicker(interval)
-	defer silence.Stop()
-	heard, asked := true, false
+	check := newSilence(c.cfg.ProgressRequestInterval, c.cfg.Clock.Now())
+	ticks := c.cfg.Clock.NewTicker(check.period())
+	defer ticks.Stop()
+	heard := false
 	for {
 		select {
 		case <-ctx.Done():
 			return watchEnd{reason: endClosed, err: ctx.Err()}
 		case reason := <-relist:
 			return watchEnd{reason: reason, relist: true, err: errRelistRequested}
-		case <-silence.C():
-			switch {
-			case heard:
-				heard, asked = false, false
-			case !asked:
-				asked = true
+		case now := <-ticks.C():
+			ask, silent := check.tick(now, heard)
+			heard = false
+			if ask {
 				c.requestProgressWithin(time.Second)
-			default:
-				return watchEnd{reason: endSilent, err: fmt.Errorf("no event or progress notification from etcd for %v", 2*interval)}
+			}
+			if silent {
+				return c.silent(check.quiet(now))
 			}
 		case ev, ok := <-w.ResultChan():
 			if !ok {
@@ -235,6 +234,19 @@ func (c *Cacher) watchWith(ctx context.Context, rv uint64, relist <-chan string,
 			alive(ev)
 		}
 	}
+}
+
+// silent ends a watch that heard nothing for quiet. A watch re-opened on
+// the same connection would be as silent, so the connections to etcd that
+// have been as quiet are closed first (Config.Connections): etcd's client
+// then re-opens its streams on a connection to a member that answers.
+func (c *Cacher) silent(quiet time.Duration) watchEnd {
+	dropped := 0
+	if c.cfg.Connections != nil {
+		dropped = c.cfg.Connections.DropQuiet(quiet)
+	}
+	return watchEnd{reason: endSilent,
+		err: fmt.Errorf("no event or progress notification from etcd for %v; closed %d connections to etcd as quiet", quiet, dropped)}
 }
 
 // handle applies one event from the etcd watch. stop is true when the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,6 +136,9 @@ func TestEtcdWatchFailures(t *testing.T) {
 		breakWatch func(w *faultyWatch)
 		reason     string
 		relist     bool
+		// dropsQuiet: the cache closes etcd's quiet connections before
+		// re-watching, or its new watch would share the silent one.
+		dropsQuiet bool
 	}{{
 		name:       "no leader",
 		breakWatch: func(w *faultyWatch) { w.fail <- errorEvent(apierrors.NewInternalError(rpctypes.ErrNoLeader)) },
@@ -153,6 +157,7 @@ func TestEtcdWatchFailures(t *testing.T) {
 		name:       "silent",
 		breakWatch: func(w *faultyWatch) { w.silent.Store(true) },
 		reason:     endSilent,
+		dropsQuiet: true,
 	}, {
 		name: "compacted",
 		breakWatch: func(w *faultyWatch) {
@@ -166,9 +171,10 @@ func TestEtcdWatchFailures(t *testing.T) {
 			ctx := context.Background()
 			clk := testingclock.NewFakeClock(time.Now())
 			store := &faultyStore{}
+			conns := &fakeConnections{}
 			c := newTestCacher(t, func(o *setupOptions) {
 				o.wrap = func(s storage.Interface) storage.Interface { store.Interface = s; return store }
-				o.config = func(cfg *Config) { cfg.Clock = clk }
+				o.config = func(cfg *Config) { cfg.Clock = clk; cfg.Connections = conns }
 			})
 			waitReady(t, c.Cacher)
 			restarts := etcdWatchRestarts.WithLabelValues("", "pods", tc.reason)
@@ -205,6 +211,14 @@ func TestEtcdWatchFailures(t *testing.T) {
 			}
 			// The same watcher gets every event after the fault, in order, once.
 			expectNames(t, w, "c", "d")
+			if quiets := conns.calls(); tc.dropsQuiet {
+				// Silent 8 s after the last thing heard at most (silence.go).
+				if len(quiets) != 1 || quiets[0] < DefaultProgressRequestInterval || quiets[0] > 8*time.Second {
+					t.Errorf("DropQuiet called with %v, want once with a quiet of 5–8 s", quiets)
+				}
+			} else if len(quiets) > 0 {
+				t.Errorf("DropQuiet called with %v after %s, want no call", quiets, tc.name)
+			}
 			if err := c.ReadinessCheck(); err != nil {
 				t.Errorf("cache not ready after re-watching: %v", err)
 			}
@@ -221,6 +235,26 @@ func TestEtcdWatchFailures(t *testing.T) {
 			expectNames(t, w, "e")
 		})
 	}
+}
+
+// fakeConnections records what the cache asks its ConnectionDropper.
+type fakeConnections struct {
+	// mu guards quiets.
+	mu     sync.Mutex
+	quiets []time.Duration
+}
+
+func (f *fakeConnections) DropQuiet(quiet time.Duration) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.quiets = append(f.quiets, quiet)
+	return 1
+}
+
+func (f *fakeConnections) calls() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.quiets)
 }
 
 // TestWaitToRewatch checks that while the cache waits to re-open its etcd

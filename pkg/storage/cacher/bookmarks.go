@@ -3,8 +3,10 @@ package cacher
 import (
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/klog/v2"
 )
 
 // bookmarkTick is how often due bookmarks go out.
@@ -160,4 +162,19 @@ func (d *dispatcher) bookmarkNowLocked(w *watcher) bool {
 	default:
 		return false
 	}
+}
+
+// bookmarkObject is an empty object carrying a resourceVersion.
+func (d *dispatcher) bookmarkObject(rv uint64, initialEventsEnd bool) runtime.Object {
+	obj := d.newFunc()
+	if err := d.versioner.UpdateObject(obj, rv); err != nil {
+		// newFunc returns objects with metadata; say so if one does not.
+		klog.ErrorS(err, "Cannot set the resourceVersion of a bookmark")
+	}
+	if initialEventsEnd {
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
+		}
+	}
+	return obj
 }

@@ -6,15 +6,11 @@ import (
 	"net/http"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
-	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
-	"k8s.io/klog/v2"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 )
@@ -110,50 +106,6 @@ func (c *Cacher) Stop() {
 	c.d.mu.Lock()
 	c.d.endAllLocked(nil)
 	c.d.mu.Unlock()
-}
-
-// tick sends bookmarks every second and, if configured, asks etcd for progress.
-func (c *Cacher) tick(ctx context.Context) {
-	bookmarks := c.cfg.Clock.NewTicker(bookmarkTick)
-	defer bookmarks.Stop()
-	defer c.d.metrics.releaseGauges()
-	var progress <-chan time.Time
-	if c.cfg.PeriodicProgressRequests {
-		t := c.cfg.Clock.NewTicker(c.cfg.ProgressRequestInterval)
-		defer t.Stop()
-		progress = t.C()
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-bookmarks.C():
-			c.d.sendBookmarks(now)
-			if c.pres.expiry != nil {
-				c.pres.expiry.expire()
-				c.d.metrics.encoded.Set(float64(c.pres.expiry.len()))
-			}
-			c.d.compacted(c.cfg.Storage.CompactRevision())
-			c.d.recordGauges()
-		case <-progress:
-			c.requestProgress()
-		}
-	}
-}
-
-// requestProgress asks etcd for a progress notification on the cache's
-// watch, giving up after a progress request interval.
-func (c *Cacher) requestProgress() { c.requestProgressWithin(c.cfg.ProgressRequestInterval) }
-
-// requestProgressWithin asks etcd for a progress notification on the
-// cache's watch, giving up after timeout: a stalled connection must not
-// stall the caller.
-func (c *Cacher) requestProgressWithin(timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := c.cfg.Storage.RequestWatchProgress(ctx); err != nil {
-		klog.V(4).InfoS("Requesting watch progress failed", "resource", c.cfg.GroupResource, "err", err)
-	}
 }
 
 // keys lists the cached keys once the cache is as fresh as etcd, for
@@ -281,120 +233,3 @@ func (c *Cacher) EnableResourceSizeEstimation(keys storage.KeysFunc) error {
 
 // CompactRevision implements storage.Interface.
 func (c *Cacher) CompactRevision() int64 { return c.cfg.Storage.CompactRevision() }
-
-// Watch implements storage.Interface with the semantics of the Kubernetes
-// API; see the package documentation.
-func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
-	rv, err := c.parseRV(opts.ResourceVersion)
-	if err != nil {
-		return nil, err
-	}
-	if err := c.ready.check(c.what()); err != nil {
-		if c.cfg.ConsistentReadFallback {
-			return c.cfg.Storage.Watch(ctx, key, opts)
-		}
-		return nil, err
-	}
-	if key, err = storage.PrepareKey(c.cfg.ResourcePrefix, key, opts.Recursive); err != nil {
-		return nil, err
-	}
-	w, err := newWatcher(c.d, key, opts.Recursive, opts.Predicate, c.cfg.WatcherBuffer)
-	if err != nil {
-		return nil, err
-	}
-	if w.filter != nil && w.filter.shard != nil {
-		// Upstream's gauge of sharded watches, under its name.
-		c.metrics.shardedWatchStarted()
-		w.onEnd = c.metrics.shardedWatchStopped
-	}
-	if deadline, ok := ctx.Deadline(); ok {
-		w.deadline = deadline.UnixNano()
-	}
-
-	var withInit, endBookmark, atHead bool
-	switch initial := opts.SendInitialEvents; {
-	case initial != nil && *initial:
-		// Watch-list: a state, then the stream.
-		withInit, endBookmark = true, opts.Predicate.AllowWatchBookmarks
-		if opts.ResourceVersion == "" {
-			err = c.waitConsistent(ctx)
-		} else if rv > 0 {
-			err = c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress)
-		}
-		if err != nil {
-			return nil, err
-		}
-	case initial == nil && rv == 0:
-		// Legacy "0" or unset: the current state as ADDED, then the stream.
-		withInit = true
-	case rv == 0:
-		// sendInitialEvents=false with no resourceVersion: from now on.
-		atHead = true
-	default:
-		// Resuming from rv: right after a start, the history before the
-		// first list may still be filling in.
-		c.waitForBackfill(ctx, rv)
-	}
-	// Priority and fairness counts a watch as executing until it is set up:
-	// with initial events, until they are sent, as upstream's cache tells
-	// it; the catch-up goroutine tells it then. Only those watchers carry
-	// the context for it.
-	if withInit {
-		w.onInitialized = func() { utilflowcontrol.WatchInitialized(ctx) }
-	}
-	wi, err := c.d.register(w, withInit, endBookmark, atHead, rv)
-	if err != nil {
-		return nil, err
-	}
-	if wi == watch.Interface(w) {
-		unhook := context.AfterFunc(ctx, w.Stop)
-		w.unhookCtx.Store(&unhook)
-	}
-	if !withInit {
-		utilflowcontrol.WatchInitialized(ctx)
-	}
-	if testFault != nil {
-		wi = testFault(c, wi)
-	}
-	return wi, nil
-}
-
-// Get implements storage.Interface.
-//
-//   - resourceVersion unset: a consistent read, from etcd. One key costs etcd
-//     what the revision read of a cached consistent read would.
-//   - "0": whatever the cache holds.
-//   - N: the cache's state once it has reached N, waiting up to
-//     FreshnessTimeout, then 504 with the ResourceVersionTooLarge cause.
-func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
-	if opts.ResourceVersion == "" {
-		return c.cfg.Storage.Get(ctx, key, opts, objPtr)
-	}
-	rv, err := c.parseRV(opts.ResourceVersion)
-	if err != nil {
-		return err
-	}
-	if _, err := storage.PrepareKey(c.cfg.ResourcePrefix, key, false); err != nil {
-		return err
-	}
-	if err := c.ready.check(c.what()); err != nil {
-		if c.cfg.ConsistentReadFallback {
-			return c.cfg.Storage.Get(ctx, key, opts, objPtr)
-		}
-		return err
-	}
-	if rv > 0 {
-		if err := c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
-			return err
-		}
-	}
-	o, ok := c.store.get(key)
-	if !ok {
-		if opts.IgnoreNotFound {
-			return runtime.SetZeroValue(objPtr)
-		}
-		_, head := c.log.Bounds()
-		return storage.NewKeyNotFoundError(key, int64(head))
-	}
-	return o.decodeInto(objPtr)
-}

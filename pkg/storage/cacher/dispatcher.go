@@ -1,24 +1,17 @@
 package cacher
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
-
-// catchUpBatch is how many events a catching-up watcher copies out of the
-// log per lock acquisition.
-const catchUpBatch = 256
 
 // dispatcher fans events out to watchers, with this slow-consumer policy:
 //
@@ -249,11 +242,6 @@ func (d *dispatcher) endAllLocked(errEv *watch.Event) {
 	d.synced = newWatcherIndex()
 }
 
-func (d *dispatcher) notifyHeadLocked() {
-	close(d.headCh)
-	d.headCh = make(chan struct{})
-}
-
 // recordGauges updates the watcher and memory gauges.
 func (d *dispatcher) recordGauges() {
 	d.mu.Lock()
@@ -271,13 +259,6 @@ func (d *dispatcher) recordGauges() {
 	d.metrics.snapshots.Set(float64(snapshots))
 	d.metrics.history.Set(float64(d.log.Len()))
 	d.metrics.capacity.Set(float64(d.log.Capacity()))
-}
-
-// headChanged returns a channel closed when the head next moves.
-func (d *dispatcher) headChanged() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.headCh
 }
 
 // initialEvents is what a new watcher receives before the stream.
@@ -362,204 +343,4 @@ func (d *dispatcher) remove(w *watcher) {
 		close(w.ch)
 	}
 	// A catching-up watcher's goroutine sees done and closes the channel.
-}
-
-func (d *dispatcher) parkLocked(w *watcher, cursor uint64) {
-	d.synced.remove(w)
-	w.cursor = max(w.cursor, cursor)
-	d.startCatchUpLocked(w, nil)
-}
-
-func (d *dispatcher) startCatchUpLocked(w *watcher, init *initialEvents) {
-	w.state = catchingUp
-	d.lagging[w] = struct{}{}
-	go d.catchUp(w, init)
-}
-
-// catchUp feeds a watcher from the log at its consumer's pace until it
-// reaches the head. It owns the watcher until trySync hands it back: from
-// then on the dispatcher may park it again and start another catch-up, so
-// this goroutine must not touch it.
-func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
-	if init != nil {
-		ok := d.sendInitial(w, init)
-		w.initialized()
-		if !ok {
-			d.endCatchUp(w)
-			return
-		}
-	}
-	replayed := 0
-	for {
-		events, ok := d.log.After(w.cursor, catchUpBatch)
-		if !ok {
-			since, _ := d.log.Bounds()
-			w.send(tooOld(w.cursor, since))
-			d.metrics.terminated.Inc()
-			d.endCatchUp(w)
-			return
-		}
-		replayed += len(events)
-		for _, e := range events {
-			if w.covers(e.key) {
-				if ev, ok := e.forWatcher(w.filter, d.versioner, d.pres, nil); ok {
-					built := time.Now()
-					if !w.send(ev) {
-						d.endCatchUp(w)
-						return
-					}
-					w.sent = e.rv
-					d.observeDelivered(e, 1, built)
-				}
-			}
-			w.cursor = e.rv
-		}
-		if len(events) == catchUpBatch {
-			continue
-		}
-		if d.owesShutdownBookmark(w) {
-			// At its cursor: everything up to it was delivered. Sent here,
-			// where the send can wait for room, not by trySync, which holds
-			// the dispatcher's lock.
-			if !w.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(w.cursor, false)}) {
-				d.endCatchUp(w)
-				return
-			}
-			w.sent = w.cursor
-			w.shutdownBookmarked.Store(true)
-		}
-		if d.trySync(w) {
-			d.metrics.lag.Observe(float64(replayed))
-			return
-		}
-	}
-}
-
-// sendInitial streams a snapshot to a new watcher, in its turns at the gate.
-func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
-	turn, ok := d.gate.enter(w, d.metrics.initWaiting, d.metrics.initPaused)
-	defer turn.leave()
-	if !ok {
-		return false
-	}
-	sent := 0
-	each := func(o *object) bool {
-		if w.filter.matches(o, d.pres, nil) {
-			ok = turn.send(watch.Event{Type: watch.Added, Object: d.pres.caching(o)})
-			sent++
-		}
-		return ok
-	}
-	if init.indexed {
-		for _, o := range init.objs {
-			if w.covers(o.key) && !each(o) {
-				break
-			}
-		}
-	} else {
-		init.snap.scan(w.key, w.recursive, "", each)
-	}
-	d.metrics.initEvents.Add(float64(sent))
-	if ok && init.endBookmark {
-		if ok = turn.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.rv, true)}); ok {
-			w.sent = init.snap.rv
-		}
-	}
-	return ok
-}
-
-// trySync moves a caught-up watcher back to the synced set, or ends it if
-// it was stopped. It reports whether the catch-up goroutine is done; if so
-// the goroutine no longer owns the watcher.
-func (d *dispatcher) trySync(w *watcher) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	select {
-	case <-w.done:
-		d.endCatchUpLocked(w)
-		return true
-	default:
-	}
-	// Appends happen under mu, so no event can arrive between this check
-	// and the move. A watcher that fell off the log goes round once more
-	// and gets its 410 there.
-	if events, ok := d.log.After(w.cursor, 1); !ok || len(events) > 0 {
-		return false
-	}
-	if d.shuttingDown && w.bookmarks && !w.shutdownBookmarked.Load() {
-		// Shutdown began after the catch-up looked: it goes round once
-		// more and sends the bookmark, waiting for room if it must.
-		return false
-	}
-	delete(d.lagging, w)
-	d.addLocked(w)
-	return true
-}
-
-// endCatchUp closes the channel of a watcher whose catch-up ended without
-// syncing. Only the goroutine that owns the watcher calls it.
-func (d *dispatcher) endCatchUp(w *watcher) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.endCatchUpLocked(w)
-}
-
-func (d *dispatcher) endCatchUpLocked(w *watcher) {
-	delete(d.lagging, w)
-	w.state = stopped
-	close(w.ch)
-}
-
-// bookmarkObject is an empty object carrying a resourceVersion.
-func (d *dispatcher) bookmarkObject(rv uint64, initialEventsEnd bool) runtime.Object {
-	obj := d.newFunc()
-	if err := d.versioner.UpdateObject(obj, rv); err != nil {
-		// newFunc returns objects with metadata; say so if one does not.
-		klog.ErrorS(err, "Cannot set the resourceVersion of a bookmark")
-	}
-	if initialEventsEnd {
-		if m, ok := obj.(metav1.Object); ok {
-			m.SetAnnotations(map[string]string{metav1.InitialEventsAnnotationKey: "true"})
-		}
-	}
-	return obj
-}
-
-// progressRetry is how often a waiting reader asks etcd for progress again,
-// in case a notification was lost. Upstream's progress requester uses 100ms;
-// we wait longer because every wait asks once up front.
-const progressRetry = 250 * time.Millisecond
-
-// waitFor blocks until the head reaches rv, ctx ends or timeout passes.
-// While it waits it asks etcd for a progress notification through
-// requestProgress, since an idle resource's head moves only on those.
-func (d *dispatcher) waitFor(ctx context.Context, rv uint64, timeout time.Duration, requestProgress func()) error {
-	if _, head := d.log.Bounds(); head >= rv {
-		return nil
-	}
-	start := d.clock.Now()
-	defer func() { d.metrics.readWait.Observe(d.clock.Since(start).Seconds()) }()
-	deadline := d.clock.NewTimer(timeout)
-	defer deadline.Stop()
-	retry := d.clock.NewTimer(0)
-	defer retry.Stop()
-	for {
-		changed := d.headChanged()
-		if _, head := d.log.Bounds(); head >= rv {
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-retry.C():
-			if requestProgress != nil {
-				requestProgress()
-			}
-			retry.Reset(progressRetry)
-		case <-deadline.C():
-			_, head := d.log.Bounds()
-			return storage.NewTooLargeResourceVersionError(rv, head, 1)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }

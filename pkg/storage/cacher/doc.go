@@ -8,18 +8,22 @@
 //	         etcd_watch.go  ingest.go            ├─► history   (internal/history: recent events, by resourceVersion)
 //	         backfill.go                         └─► fan-out   (watcher_index.go, internal/shard: the watchers an event matches)
 //	         consistency.go                              └─► watcher ──► client
+//	         silence.go, internal/etcdconn
 //
 // Each stage:
 //   - The source lists etcd once, then watches it from that revision; it
-//     re-watches from its head after the watch ends, backfills history after
-//     a warm start, and compares keys with etcd now and then.
+//     re-watches from its head after the watch ends or goes silent (closing
+//     the etcd connections gone as quiet first), backfills history after a
+//     warm start, and compares keys with etcd now and then.
 //   - Ingest turns each etcd event into an object version: its encoded bytes
 //     plus what selectors read (object.go), with shard hashes and shared
 //     label sets (interner.go).
 //   - The dispatcher applies an event to the store and the history under one
 //     lock, and hands it to the watchers the index finds for it; a watcher
-//     that falls behind reads the history through its own cursor, so a slow
-//     watcher is never closed for being slow.
+//     that falls behind reads the history through its own cursor
+//     (catchup.go), so a slow watcher is never closed for being slow.
+//     Bookmarks and the shutdown bookmark are in bookmarks.go; readers that
+//     need a fresher cache wait for the head in freshness.go.
 //   - Lists read a snapshot of the store at their resourceVersion (list.go);
 //     watch-lists stream the snapshot and then join the fan-out
 //     (initial_events_gate.go paces them).

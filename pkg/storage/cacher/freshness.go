@@ -1,0 +1,63 @@
+package cacher
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apiserver/pkg/storage"
+)
+
+// Readers that need the cache at least as fresh as a resourceVersion wait
+// for the head to move (consistent reads, watches and lists from a
+// resourceVersion ahead of the cache).
+
+func (d *dispatcher) notifyHeadLocked() {
+	close(d.headCh)
+	d.headCh = make(chan struct{})
+}
+
+// headChanged returns a channel closed when the head next moves.
+func (d *dispatcher) headChanged() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.headCh
+}
+
+// progressRetry is how often a waiting reader asks etcd for progress again,
+// in case a notification was lost. Upstream's progress requester uses 100ms;
+// we wait longer because every wait asks once up front.
+const progressRetry = 250 * time.Millisecond
+
+// waitFor blocks until the head reaches rv, ctx ends or timeout passes.
+// While it waits it asks etcd for a progress notification through
+// requestProgress, since an idle resource's head moves only on those.
+func (d *dispatcher) waitFor(ctx context.Context, rv uint64, timeout time.Duration, requestProgress func()) error {
+	if _, head := d.log.Bounds(); head >= rv {
+		return nil
+	}
+	start := d.clock.Now()
+	defer func() { d.metrics.readWait.Observe(d.clock.Since(start).Seconds()) }()
+	deadline := d.clock.NewTimer(timeout)
+	defer deadline.Stop()
+	retry := d.clock.NewTimer(0)
+	defer retry.Stop()
+	for {
+		changed := d.headChanged()
+		if _, head := d.log.Bounds(); head >= rv {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-retry.C():
+			if requestProgress != nil {
+				requestProgress()
+			}
+			retry.Reset(progressRetry)
+		case <-deadline.C():
+			_, head := d.log.Bounds()
+			return storage.NewTooLargeResourceVersionError(rv, head, 1)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

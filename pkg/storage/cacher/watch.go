@@ -1,0 +1,86 @@
+package cacher
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
+)
+
+// Watch implements storage.Interface with the semantics of the Kubernetes
+// API; see the package documentation.
+func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	rv, err := c.parseRV(opts.ResourceVersion)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ready.check(c.what()); err != nil {
+		if c.cfg.ConsistentReadFallback {
+			return c.cfg.Storage.Watch(ctx, key, opts)
+		}
+		return nil, err
+	}
+	if key, err = storage.PrepareKey(c.cfg.ResourcePrefix, key, opts.Recursive); err != nil {
+		return nil, err
+	}
+	w, err := newWatcher(c.d, key, opts.Recursive, opts.Predicate, c.cfg.WatcherBuffer)
+	if err != nil {
+		return nil, err
+	}
+	if w.filter != nil && w.filter.shard != nil {
+		// Upstream's gauge of sharded watches, under its name.
+		c.metrics.shardedWatchStarted()
+		w.onEnd = c.metrics.shardedWatchStopped
+	}
+	if deadline, ok := ctx.Deadline(); ok {
+		w.deadline = deadline.UnixNano()
+	}
+
+	var withInit, endBookmark, atHead bool
+	switch initial := opts.SendInitialEvents; {
+	case initial != nil && *initial:
+		// Watch-list: a state, then the stream.
+		withInit, endBookmark = true, opts.Predicate.AllowWatchBookmarks
+		if opts.ResourceVersion == "" {
+			err = c.waitConsistent(ctx)
+		} else if rv > 0 {
+			err = c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress)
+		}
+		if err != nil {
+			return nil, err
+		}
+	case initial == nil && rv == 0:
+		// Legacy "0" or unset: the current state as ADDED, then the stream.
+		withInit = true
+	case rv == 0:
+		// sendInitialEvents=false with no resourceVersion: from now on.
+		atHead = true
+	default:
+		// Resuming from rv: right after a start, the history before the
+		// first list may still be filling in.
+		c.waitForBackfill(ctx, rv)
+	}
+	// Priority and fairness counts a watch as executing until it is set up:
+	// with initial events, until they are sent, as upstream's cache tells
+	// it; the catch-up goroutine tells it then. Only those watchers carry
+	// the context for it.
+	if withInit {
+		w.onInitialized = func() { utilflowcontrol.WatchInitialized(ctx) }
+	}
+	wi, err := c.d.register(w, withInit, endBookmark, atHead, rv)
+	if err != nil {
+		return nil, err
+	}
+	if wi == watch.Interface(w) {
+		unhook := context.AfterFunc(ctx, w.Stop)
+		w.unhookCtx.Store(&unhook)
+	}
+	if !withInit {
+		utilflowcontrol.WatchInitialized(ctx)
+	}
+	if testFault != nil {
+		wi = testFault(c, wi)
+	}
+	return wi, nil
+}

@@ -1,7 +1,6 @@
 package testkit
 
 import (
-	"io"
 	"net"
 	"sync"
 	"time"
@@ -75,8 +74,23 @@ func (b *Balancer) forward(in net.Conn) {
 }
 
 // copyAndClose copies src to dst until either side ends, then closes both.
+// Not with io.Copy: between two TCP connections it splices, and in the
+// reconnect storm 10 to 16 of 100 connections then never noticed their
+// replica die (500–800 of 5,000 watches not resumed after a minute, both
+// servers, 2026-11-24); with this loop all resumed in 3.5 s.
 func copyAndClose(c *proxyConn, dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	c.close(false)
 }
 

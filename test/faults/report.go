@@ -56,7 +56,9 @@ type result struct {
 	// storm is what the reconnect storm measured; nil in other scenarios.
 	storm *stormResult
 	// silent is what the member-gone-silent scenario measured; nil in others.
-	silent       *silentResult
+	silent *silentResult
+	// soak is what the soak measured; nil in the scenarios.
+	soak         *soakResult
 	writesOK     int
 	writesFailed int
 	listErrors   int

@@ -66,7 +66,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzContinue$$' -fuzztime $(FUZZTIME) ./test/fuzz
 
 ## chaos: every fault scenario against our server and the upstream-wired one,
-## and every injected cache bug, CHAOS_COUNT times (about 11 minutes a time);
+## and every injected cache bug, CHAOS_COUNT times (about 12 minutes a time);
 ## the table (sums, and median and range of the times) goes to bin/chaos.md
 ## and into docs/reliability.md by hand.
 CHAOS_COUNT ?= 1

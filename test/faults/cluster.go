@@ -142,14 +142,22 @@ func (c *cluster) defragment(ctx context.Context, i int) error {
 // every server's etcd3 store learns of them (k8s.io/apiserver/pkg/storage/etcd3/compact.go).
 const compactRevKey = "compact_rev_key"
 
+// head returns etcd's current revision, read around the proxies.
+func (c *cluster) head(ctx context.Context) (int64, error) {
+	resp, err := c.client.Get(ctx, "/health")
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
 // compactToHead compacts etcd at its current revision, recording the
 // compaction as an API server's compactor does.
 func (c *cluster) compactToHead(ctx context.Context) error {
-	resp, err := c.client.Get(ctx, "/health")
+	rev, err := c.head(ctx)
 	if err != nil {
 		return err
 	}
-	rev := resp.Header.Revision
 	if _, err := c.client.Put(ctx, compactRevKey, strconv.FormatInt(rev, 10)); err != nil {
 		return err
 	}

@@ -478,6 +478,8 @@ func (e *env) validate(r *result) {
 				if end.reason == end410 {
 					r.probes410++
 				}
+			case end.timedOut():
+				r.timedOut++
 			case end.reason == end410:
 				r.ended410++
 			case end.reason == endError:

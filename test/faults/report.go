@@ -16,6 +16,10 @@ type result struct {
 	// Streams ended, by how. Probes from old resourceVersions are counted
 	// apart: their 410s are what compaction promises.
 	ended410, endedError, endedClosed int
+	// timedOut counts watches the server ended at their timeout (30–60
+	// minutes without timeoutSeconds): not a fault's doing, and not
+	// counted as ended.
+	timedOut int
 	// closedEmpty counts connections of streams that asked for bookmarks
 	// which the server closed having delivered nothing.
 	closedEmpty       int
@@ -153,7 +157,7 @@ func (r *result) summary() string {
 		r.scenario, r.server, r.missed, r.duplicated, r.outOfOrder, r.unexpected, r.bookmarks, r.lists,
 		r.ended410, r.endedError, r.endedClosed, r.relists, r.cacheRelists, r.cacheRewatches, round(r.recovery), round(r.sentinelLatency),
 		r.undelivered, r.checksFailed, r.writesOK, r.writesFailed)
-	fmt.Fprintf(&b, " readyAgain=%v", round(r.readyAgain))
+	fmt.Fprintf(&b, " readyAgain=%v timedOut=%d", round(r.readyAgain), r.timedOut)
 	for _, n := range r.notes {
 		b.WriteString("\n  note: " + n)
 	}

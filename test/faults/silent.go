@@ -41,11 +41,17 @@ type silentResult struct {
 func memberSilent(d time.Duration) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
 		busiest, sent := e.busiestProxy(ctx, 2*time.Second)
-		from := e.writer.acked.Load()
 		start := time.Now()
 		e.proxies[busiest].Blackhole()
+		// Only a change committed after the blackhole began proves a new
+		// connection: the ones before it may have passed the proxy already.
+		from, err := e.cluster.head(ctx)
+		if err != nil {
+			e.proxies[busiest].Heal()
+			return err
+		}
 		res := &silentResult{member: busiest}
-		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, d, true, func(context.Context) (bool, error) {
+		err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, d, true, func(context.Context) (bool, error) {
 			return e.unselectiveReached(from + 1), nil
 		})
 		if err == nil {

@@ -68,7 +68,18 @@ type connEnd struct {
 	// such a watch if it lasted under a second, and a server shutting down
 	// bookmarks every watch that asked for bookmarks so that none is.
 	empty bool
+	// lasted is how long the watch was open.
+	lasted time.Duration
 }
+
+// serverWatchTimeout is the shortest time the API server lets a watch
+// without timeoutSeconds run: --min-request-timeout, 30 minutes by
+// default, times a random factor in [1, 2). A clean close after it is
+// the watch's normal end, not a fault's; only the soak runs that long.
+const serverWatchTimeout = 30 * time.Minute
+
+// timedOut tells whether the server ended the watch at its timeout.
+func (e connEnd) timedOut() bool { return e.reason == endClosed && e.lasted >= serverWatchTimeout }
 
 // stream is one raw HTTP watch client. It behaves as a reflector: list (or
 // watch-list), watch from the list's resourceVersion, resume from the last
@@ -159,7 +170,9 @@ func (s *stream) run(ctx context.Context) {
 		s.mu.Lock()
 		s.opened++
 		s.mu.Unlock()
+		opened := time.Now()
 		e := s.consume(ctx, w, seg)
+		e.lasted = e.at.Sub(opened)
 		w.Stop()
 		s.mu.Lock()
 		s.ends = append(s.ends, e)

@@ -85,6 +85,17 @@ func TestWarmStart(t *testing.T) {
 				t.Fatalf("list after restart: %d items, %v; want %d", len(list.Items), err, len(pods))
 			}
 
+			// The fill runs behind readiness, and a watch meanwhile waits
+			// for it only up to FreshnessTimeout (3 s), which -race on two
+			// busy cores outlasted once in CI. What is asserted here is
+			// what the fill holds, so wait for it to end.
+			if bf := restarted.backfill.Load(); bf != nil {
+				select {
+				case <-bf.done:
+				case <-time.After(wait.ForeverTestTimeout):
+					t.Fatal("the warm start's history fill never ended")
+				}
+			}
 			from := pods[tc.watchFrom].ResourceVersion
 			w, err := restarted.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: from, Recursive: true, Predicate: storage.Everything})
 			if err != nil {

@@ -4,11 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"net/textproto"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -94,8 +92,15 @@ func (p *PeerProxy) connect(in net.Conn) {
 		return
 	}
 	p.mu.Lock()
-	c.server = out
+	closed := p.closed
+	if !closed {
+		c.server = out
+	}
 	p.mu.Unlock()
+	if closed { // Close already closed the client's side
+		_ = out.Close()
+		return
+	}
 	if _, err := out.Write(head); err != nil {
 		c.close()
 		return
@@ -203,13 +208,13 @@ func (p *PeerProxy) Heal() {
 func (p *PeerProxy) Close() {
 	p.mu.Lock()
 	p.closed = true
-	conns := slices.Collect(maps.Keys(p.conns))
+	// Under mu: connect sets a connection's server side under it.
+	for c := range p.conns {
+		c.close()
+	}
 	p.mu.Unlock()
 	p.Heal()
 	_ = p.ln.Close()
-	for _, c := range conns {
-		c.close()
-	}
 }
 
 // cutLocked tells whether a sender's X-PeerURLs, a comma-separated list,

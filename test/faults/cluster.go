@@ -112,6 +112,18 @@ func (c *cluster) hasLeader(ctx context.Context, i int) bool {
 	return err == nil && st.Leader != 0
 }
 
+// losesLeaderWithin watches member i for d, and reports whether it was
+// without a leader at some point: a fault that should cost it its leader
+// proves nothing otherwise.
+func (c *cluster) losesLeaderWithin(ctx context.Context, i int, d time.Duration) bool {
+	lost := false
+	for start := time.Now(); time.Since(start) < d; {
+		lost = lost || !c.hasLeader(ctx, i)
+		hold(ctx, 100*time.Millisecond)
+	}
+	return lost
+}
+
 // moveLeader transfers leadership to member to.
 func (c *cluster) moveLeader(ctx context.Context, to int) error {
 	from := c.leader(ctx)

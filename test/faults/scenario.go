@@ -118,13 +118,7 @@ func killAndRestart(which func(*env) []int, down time.Duration) func(context.Con
 func leaderLoss(ctx context.Context, e *env) error {
 	e.cluster.kill(1)
 	e.cluster.kill(2)
-	start := time.Now()
-	// The run is only valid if the server's member really lost its leader.
-	lost := false
-	for time.Since(start) < 6*time.Second {
-		lost = lost || !e.cluster.hasLeader(ctx, 0)
-		hold(ctx, 100*time.Millisecond)
-	}
+	lost := e.cluster.losesLeaderWithin(ctx, 0, 6*time.Second)
 	for _, i := range []int{1, 2} {
 		if err := e.cluster.restart(i); err != nil {
 			return err
@@ -155,12 +149,7 @@ func killServersMember(ctx context.Context, e *env) error {
 // the groups, while every member keeps serving clients.
 func partition(ctx context.Context, e *env) error {
 	e.cluster.Partition([]int{0}, []int{1, 2})
-	start := time.Now()
-	lost := false
-	for time.Since(start) < 10*time.Second {
-		lost = lost || !e.cluster.hasLeader(ctx, 0)
-		hold(ctx, 100*time.Millisecond)
-	}
+	lost := e.cluster.losesLeaderWithin(ctx, 0, 10*time.Second)
 	e.cluster.HealPartition()
 	if !lost {
 		return fmt.Errorf("member 1 never lost its leader while cut off")
@@ -376,23 +365,20 @@ func reconnectStorm(ctx context.Context, e *env) error {
 	killed := time.Now()
 	e.servers[0].proc.Kill()
 	// Every stream's watch was on the killed replica: each must open one more.
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+	stuck := func() (n int) {
 		for i, s := range e.streams {
 			if s.watchesOpened() <= before[i] {
-				return false, nil
+				n++
 			}
 		}
-		return true, nil
+		return n
+	}
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return stuck() == 0, nil
 	})
 	m := &stormResult{resumed: time.Since(killed)}
 	if err != nil {
-		stuck := 0
-		for i, s := range e.streams {
-			if s.watchesOpened() <= before[i] {
-				stuck++
-			}
-		}
-		return fmt.Errorf("%d of %d watches did not resume within a minute of the kill", stuck, len(e.streams))
+		return fmt.Errorf("%d of %d watches did not resume within a minute of the kill", stuck(), len(e.streams))
 	}
 	var n, k int
 	m.p99, n = e.writer.p99(killed, killed.Add(max(m.resumed, time.Second)))

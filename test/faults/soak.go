@@ -134,8 +134,8 @@ func soak(seed uint64, soakFor time.Duration) func(context.Context, *env) error 
 // keeps the lowest of each.
 func (e *env) sampleProcess(ctx context.Context) (processSample, error) {
 	var goroutines, fds, heap []float64
+	s := e.servers[0]
 	for range 5 {
-		s := e.servers[0]
 		g, err := s.metric(ctx, "go_goroutines")
 		if err != nil {
 			return processSample{}, err

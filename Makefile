@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-integration test-faults test-examples fuzz chaos soak generate verify bench bench-store bench-http bench-agents bench-scale bench-watchlist-writes clean
+.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-integration test-faults test-examples fuzz chaos soak generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-watchlist-writes clean
 
 all: build
 
@@ -128,6 +128,16 @@ bench-scale:
 	set -o pipefail; cd test/bench && $(GO) test -run '^$$' -bench '$(value SCALE_FILTER)' -benchtime=1x \
 	  -count=$(BENCH_COUNT) -timeout 180m . | tee $(CURDIR)/$(BIN)/bench-scale.txt \
 	  | $(GO) run ../../hack/tools/benchtable -chart $(CURDIR)/$(BIN)/bench-scale.png -title "make bench-scale: ours ÷ upstream"
+
+## bench-lists: 8 and 32 full lists of 100,000 objects at once, and 8 at v1alpha1: the RSS they add and the
+## time to the last, the servers taking turns over one etcd loaded once, for LISTS_ROUNDS rounds.
+## LISTS_ALT=path,… adds other server binaries.
+LISTS_ROUNDS ?= 3
+bench-lists:
+	mkdir -p $(BIN)
+	set -o pipefail; cd test/bench && LISTS_ROUNDS=$(LISTS_ROUNDS) $(GO) test -run '^$$' \
+	  -bench BenchmarkConcurrentLists -benchtime=1x -timeout 120m . | tee $(CURDIR)/$(BIN)/bench-lists.txt \
+	  | $(GO) run ../../hack/tools/benchtable
 
 ## bench-watchlist-writes: the writes' p99 beside 100 concurrent watch-lists of 10,000 objects, against
 ## the same writes alone, our server and upstream's taking turns over one etcd loaded once, for

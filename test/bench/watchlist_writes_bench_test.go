@@ -27,30 +27,16 @@ import (
 // WATCHLIST_OBJECTS (10,000) and WATCHLIST_CLIENTS (100) size it;
 // WATCHLIST_ROUNDS (3) repeats it; WATCHLIST_IMPLS=ours leaves upstream
 // out; WATCHLIST_ALT=path,… adds server binaries, impl=alt=<file name>,
-// for an A/B of a change against ours.
+// for an A/B of a change against ours. WATCHLIST_VERSION=v1alpha1 has the
+// watch-lists ask for a version other than the storage version's, which
+// the servers convert and encode.
 // BENCH_PROBES adds figures that tell where the writes' time goes
 // (probe_bench_test.go). BENCH_TRACE_DIR saves a runtime trace of each server as its
 // watch-lists start, for go tool trace, of BENCH_PROFILE_SECONDS (2).
 func BenchmarkWatchListWrites(b *testing.B) {
 	objects, clients, rounds := envInt("WATCHLIST_OBJECTS", 10_000), envInt("WATCHLIST_CLIENTS", 100), envInt("WATCHLIST_ROUNDS", 3)
 	impls := serverBinaries(b, "WATCHLIST_IMPLS", "WATCHLIST_ALT")
-	dir := b.TempDir()
-	etcdURL := startScaleEtcd(b, dir)
-	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 10 * time.Second})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer etcd.Close()
-	server := func(b *testing.B, impl, bin string) (*scaleServer, *rest.Config) {
-		s := newScaleServer(b, bin, filepath.Join(dir, impl), etcdURL)
-		s.start(b)
-		return s, waitServing(context.Background(), b, filepath.Join(dir, impl, "kubeconfig"))
-	}
-
-	// The data, loaded once through ours.
-	s, cfg := server(b, "load", impls[0].bin)
-	load(context.Background(), b, versioned.NewForConfigOrDie(cfg), scaleSize{objects: objects, payload: 1024})
-	s.stop(b)
+	l := newLoaded(b, impls[0].bin, objects)
 
 	for range rounds {
 		for _, impl := range impls {
@@ -60,19 +46,20 @@ func BenchmarkWatchListWrites(b *testing.B) {
 				for range b.N {
 					ctx, cancel := context.WithCancel(context.Background())
 					defer cancel()
-					s, cfg := server(b, impl.name, impl.bin)
+					s, cfg := l.server(b, impl.name, impl.bin)
 					hc, err := rest.HTTPClientFor(cfg)
 					if err != nil {
 						b.Fatal(err)
 					}
 					base := cfg.Host + "/apis/fleet.example.com/v1beta1/assignments"
 					waitCacheReady(ctx, b, hc, base, objects)
-					watchListRun(ctx, b, cfg, hc, base, watchListOpts{clients: clients, warmUp: true, etcdURL: etcdURL})
+					watchListRun(ctx, b, cfg, hc, base, watchListOpts{clients: clients, warmUp: true, etcdURL: l.etcdURL,
+						version: os.Getenv("WATCHLIST_VERSION")})
 					s.stop(b)
 					// The next server streams the same objects: without
 					// this, each run's writes would add to every later
 					// run's watch-lists.
-					if _, err := etcd.Delete(ctx, "/registry/fleet.example.com/assignments/writes/", clientv3.WithPrefix()); err != nil {
+					if _, err := l.etcd.Delete(ctx, "/registry/fleet.example.com/assignments/writes/", clientv3.WithPrefix()); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -86,4 +73,35 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// loaded is one etcd loaded once with objects of 1 KiB, which each server
+// of a same-run A/B serves in turn.
+type loaded struct {
+	etcd    *clientv3.Client
+	etcdURL string
+	dir     string
+}
+
+// newLoaded starts an etcd and loads it through a server running bin.
+func newLoaded(b *testing.B, bin string, objects int) *loaded {
+	l := &loaded{dir: b.TempDir()}
+	l.etcdURL = startScaleEtcd(b, l.dir)
+	var err error
+	if l.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{l.etcdURL}, DialTimeout: 10 * time.Second}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.etcd.Close() })
+	s, cfg := l.server(b, "load", bin)
+	load(context.Background(), b, versioned.NewForConfigOrDie(cfg), scaleSize{objects: objects, payload: 1024})
+	s.stop(b)
+	return l
+}
+
+// server starts bin over the loaded etcd, keeping its files under impl's
+// name, and returns it once it serves.
+func (l *loaded) server(b *testing.B, impl, bin string) (*scaleServer, *rest.Config) {
+	s := newScaleServer(b, bin, filepath.Join(l.dir, impl), l.etcdURL)
+	s.start(b)
+	return s, waitServing(context.Background(), b, filepath.Join(l.dir, impl, "kubeconfig"))
 }

@@ -24,8 +24,10 @@ const (
 	DefaultInitialEventsStall = 100 * time.Millisecond
 	// DefaultInitialEventsShare is the part of the time a watcher streams
 	// its initial events while the foreground is busy: half, which took
-	// writes at 100/s beside 100 watch-lists of 10,000 objects on 2 cores
-	// from 2.1× to about 1.3–1.8× of their p99 alone (docs/benchmarks.md).
+	// the p99 of writes at 100/s beside 100 watch-lists of 10,000 objects
+	// on 2 cores from 18 to 9.5 ms, 0.12× to 0.064× of upstream's, the
+	// last watch-list ending with upstream's (docs/benchmarks.md, "What
+	// each mechanism buys").
 	DefaultInitialEventsShare = 0.5
 	// DefaultInitialEventsSlice is how long a watcher streams, while the
 	// foreground is busy, before it pauses for the rest of its share:

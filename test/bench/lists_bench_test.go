@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -24,32 +25,16 @@ func BenchmarkConcurrentLists(b *testing.B) {
 	objects, rounds := envInt("LISTS_OBJECTS", 100_000), envInt("LISTS_ROUNDS", 3)
 	impls := serverBinaries(b, "LISTS_IMPLS", "LISTS_ALT")
 	l := newLoaded(b, impls[0].bin, objects)
-	for range rounds {
-		for _, impl := range impls {
-			b.Run("impl="+impl.name, func(b *testing.B) {
-				for range b.N {
-					ctx, cancel := context.WithCancel(context.Background())
-					defer cancel()
-					s, cfg := l.server(b, impl.name, impl.bin)
-					hc, err := rest.HTTPClientFor(cfg)
-					if err != nil {
-						b.Fatal(err)
-					}
-					base := cfg.Host + "/apis/fleet.example.com/v1beta1/assignments"
-					waitCacheReady(ctx, b, hc, base, objects)
-					_, rss := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
-					for _, run := range []struct {
-						version string
-						n       int
-					}{{"v1beta1", 8}, {"v1beta1", 32}, {"v1alpha1", 8}} {
-						url := strings.Replace(base, "/v1beta1/", "/"+run.version+"/", 1)
-						added, took := concurrentListsRSS(ctx, b, hc, url, s.proc.Pid(), run.n)
-						b.ReportMetric(float64(added)/float64(rss)*100, fmt.Sprintf("rss-added-%dlists-%s-%%", run.n, run.version))
-						b.ReportMetric(ms(took), fmt.Sprintf("%dlists-%s-all-ms", run.n, run.version))
-					}
-					s.stop(b)
-				}
-			})
+	l.takeTurns(b, impls, rounds, objects, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
+		_, rss := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
+		for _, run := range []struct {
+			version string
+			n       int
+		}{{"v1beta1", 8}, {"v1beta1", 32}, {"v1alpha1", 8}} {
+			url := strings.Replace(base, "/v1beta1/", "/"+run.version+"/", 1)
+			added, took := concurrentListsRSS(ctx, b, hc, url, s.proc.Pid(), run.n)
+			b.ReportMetric(float64(added)/float64(rss)*100, fmt.Sprintf("rss-added-%dlists-%s-%%", run.n, run.version))
+			b.ReportMetric(ms(took), fmt.Sprintf("%dlists-%s-all-ms", run.n, run.version))
 		}
-	}
+	}, nil)
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,34 +39,16 @@ func BenchmarkWatchListWrites(b *testing.B) {
 	impls := serverBinaries(b, "WATCHLIST_IMPLS", "WATCHLIST_ALT")
 	l := newLoaded(b, impls[0].bin, objects)
 
-	for range rounds {
-		for _, impl := range impls {
-			// Repeated names get go test's #01, #02 suffixes, which
-			// benchtable reads as repeats of one scenario.
-			b.Run("impl="+impl.name, func(b *testing.B) {
-				for range b.N {
-					ctx, cancel := context.WithCancel(context.Background())
-					defer cancel()
-					s, cfg := l.server(b, impl.name, impl.bin)
-					hc, err := rest.HTTPClientFor(cfg)
-					if err != nil {
-						b.Fatal(err)
-					}
-					base := cfg.Host + "/apis/fleet.example.com/v1beta1/assignments"
-					waitCacheReady(ctx, b, hc, base, objects)
-					watchListRun(ctx, b, cfg, hc, base, watchListOpts{clients: clients, warmUp: true, etcdURL: l.etcdURL,
-						version: os.Getenv("WATCHLIST_VERSION")})
-					s.stop(b)
-					// The next server streams the same objects: without
-					// this, each run's writes would add to every later
-					// run's watch-lists.
-					if _, err := l.etcd.Delete(ctx, "/registry/fleet.example.com/assignments/writes/", clientv3.WithPrefix()); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
+	l.takeTurns(b, impls, rounds, objects, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, _ *scaleServer) {
+		watchListRun(ctx, b, cfg, hc, base, watchListOpts{clients: clients, warmUp: true, etcdURL: l.etcdURL,
+			version: os.Getenv("WATCHLIST_VERSION")})
+	}, func(ctx context.Context, b *testing.B) {
+		// The next server streams the same objects: without this, each
+		// run's writes would add to every later run's watch-lists.
+		if _, err := l.etcd.Delete(ctx, "/registry/fleet.example.com/assignments/writes/", clientv3.WithPrefix()); err != nil {
+			b.Fatal(err)
 		}
-	}
+	})
 }
 
 func envInt(name string, def int) int {
@@ -104,4 +87,35 @@ func (l *loaded) server(b *testing.B, impl, bin string) (*scaleServer, *rest.Con
 	s := newScaleServer(b, bin, filepath.Join(l.dir, impl), l.etcdURL)
 	s.start(b)
 	return s, waitServing(context.Background(), b, filepath.Join(l.dir, impl, "kubeconfig"))
+}
+
+// takeTurns runs each server over the loaded etcd in turn, rounds times:
+// run measures it once its cache holds every object, and after, if set,
+// cleans up once it stopped. Repeated names get go test's #01, #02
+// suffixes, which benchtable reads as repeats of one scenario.
+func (l *loaded) takeTurns(b *testing.B, impls []serverBinary, rounds, objects int,
+	run func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer),
+	after func(ctx context.Context, b *testing.B)) {
+	for range rounds {
+		for _, impl := range impls {
+			b.Run("impl="+impl.name, func(b *testing.B) {
+				for range b.N {
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					s, cfg := l.server(b, impl.name, impl.bin)
+					hc, err := rest.HTTPClientFor(cfg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					base := cfg.Host + "/apis/fleet.example.com/v1beta1/assignments"
+					waitCacheReady(ctx, b, hc, base, objects)
+					run(ctx, b, cfg, hc, base, s)
+					s.stop(b)
+					if after != nil {
+						after(ctx, b)
+					}
+				}
+			})
+		}
+	}
 }

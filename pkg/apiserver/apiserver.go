@@ -69,9 +69,9 @@ func (c completedConfig) New() (*Server, error) {
 		return nil, fmt.Errorf("agent storage: %w", err)
 	}
 	resources := map[string]rest.Storage{
-		"assignments":        assignments.Assignment,
+		"assignments":        assignments.Main,
 		"assignments/status": assignments.Status,
-		"agents":             agents.Agent,
+		"agents":             agents.Main,
 		"agents/status":      agents.Status,
 	}
 

@@ -23,7 +23,7 @@ func assignment() *fleet.Assignment {
 func TestPrepareForCreate(t *testing.T) {
 	a := assignment()
 	a.Status.Message = "set by the client"
-	NewStrategy(runtime.NewScheme()).PrepareForCreate(context.Background(), a)
+	Kind.Strategy(runtime.NewScheme()).PrepareForCreate(context.Background(), a)
 	if a.Status != (fleet.AssignmentStatus{Phase: fleet.AssignmentPending}) {
 		t.Errorf("create must clear status and default the phase, got %+v", a.Status)
 	}
@@ -33,7 +33,7 @@ func TestPrepareForCreate(t *testing.T) {
 }
 
 func TestPrepareForUpdate(t *testing.T) {
-	s := NewStrategy(runtime.NewScheme())
+	s := Kind.Strategy(runtime.NewScheme())
 	tests := []struct {
 		name           string
 		mutate         func(*fleet.Assignment)
@@ -58,7 +58,7 @@ func TestPrepareForUpdate(t *testing.T) {
 }
 
 func TestStatusStrategy(t *testing.T) {
-	s := NewStatusStrategy(NewStrategy(runtime.NewScheme()))
+	s := Kind.Strategy(runtime.NewScheme()).Status()
 	old, a := assignment(), assignment()
 	a.Spec.Priority = 500
 	a.Spec.AgentName = "someone-else"
@@ -83,7 +83,7 @@ func TestStatusStrategy(t *testing.T) {
 }
 
 func TestAgentNameImmutable(t *testing.T) {
-	s := NewStrategy(runtime.NewScheme())
+	s := Kind.Strategy(runtime.NewScheme())
 	old, a := assignment(), assignment()
 	a.Spec.AgentName = "agent-2"
 	s.PrepareForUpdate(context.Background(), a, old)
@@ -99,10 +99,10 @@ func TestSelectableFields(t *testing.T) {
 		"metadata.name": "a", "metadata.namespace": "ns",
 		"spec.agentName": "agent-1", "status.phase": "Running",
 	}
-	if got := SelectableFields(a); !reflect.DeepEqual(got, want) {
+	if got := Kind.SelectableFields(a); !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
-	if AgentNameTriggerFunc(a) != "agent-1" {
-		t.Fatalf("trigger func returned %q", AgentNameTriggerFunc(a))
+	if got := Kind.Trigger(a); got != "agent-1" {
+		t.Fatalf("trigger func returned %q", got)
 	}
 }

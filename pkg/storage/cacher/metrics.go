@@ -15,102 +15,69 @@ import (
 // so that kube-apiserver dashboards and alerts work unchanged. Only what
 // upstream has no name for gets a cached_apiserver_ metric, registered here.
 var (
-	watchersGauge = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "watchers",
-		Help:           "Open watchers, by whether they are synced (fed directly) or catching up from the event log.",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource", "state"})
-	parkedCounter = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "parked_watchers_total",
-		Help:           "Watchers whose channel was full, moved to catch up from the event log instead of being closed.",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource"})
-	catchUpLagEvents = compbasemetrics.NewHistogramVec(&compbasemetrics.HistogramOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "catch_up_events",
-		Help:           "Events a watcher read from the event log in one catch-up, before it was synced again.",
-		Buckets:        compbasemetrics.ExponentialBuckets(1, 4, 10),
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource"})
-	snapshotsGauge = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "snapshots",
-		Help:           "Point-in-time snapshots held for exact-resourceVersion lists and pagination.",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource"})
-	historyEventsGauge = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "history_events",
-		Help:           "Events held in the event log.",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource"})
-	historyBytesGauge = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "history_bytes",
-		Help:           "Estimated bytes of the object versions the event log holds; Config.HistoryBudget bounds it.",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource"})
-	historyEvictedCounter = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "history_evicted_events_total",
-		Help: "Events that left the event log while still inside its history window, because the log reached its " +
-			"byte budget. A watch from their resourceVersions gets 410.",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource"})
-
-	encodedObjectsGauge = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "encoded_objects",
-		Help: "Cached object versions holding the encodings made to send them to watchers, shared by every " +
-			"watcher they are sent to; each drops them once a whole encoding TTL passes without a send.",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource"})
-
-	initialEventsWaiting = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "initial_events_waiting_watchers",
-		Help: "Watchers waiting for their turn to stream initial events (watch-lists, and watches from " +
-			"resourceVersion 0); --watch-cache-initial-events-concurrency bounds how many stream at once.",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource"})
-
-	initialEventsPaused = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "initial_events_paused_seconds_total",
-		Help: "Time watchers streaming initial events spent paused so that requests being served found CPU free; " +
-			"--watch-cache-initial-events-share sets the part of the time they stream meanwhile.",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource"})
-
-	listsWaiting = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "lists_waiting",
-		Help: "Large lists from the cache waiting for their place before taking their items; " +
-			"--watch-cache-list-concurrency bounds how many are written at once.",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource"})
-
-	etcdWatchRestarts = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "etcd_watch_restarts_total",
-		Help: "Times the cache re-opened its etcd watch from its head without re-listing, by why the watch ended: " +
-			"closed, silent, no_leader, etcd_unavailable. Watchers stay open through these.",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource", "reason"})
-	relistsCounter = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "relists_total",
-		Help: "Times the cache listed etcd again and ended its watchers with 410, by why: compacted, unreadable, " +
-			"inconsistent, etcd_unavailable.",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource", "reason"})
-	etcdWatchGap = compbasemetrics.NewHistogramVec(&compbasemetrics.HistogramOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "etcd_watch_gap_seconds",
-		Help: "Time without a working etcd watch: from the watch failing until a new one delivered an event or " +
-			"a progress notification. The sum is the total time events could not flow.",
-		// 10 s is a bucket's bound: the alert on gaps longer than that
-		// (artifacts/monitoring) reads it.
-		Buckets:        []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource"})
-	unreadyGauge = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
-		Namespace: "cached_apiserver", Subsystem: "watch_cache", Name: "unready",
-		Help: "Caches of the resource that cannot serve: initializing, or listing etcd again. Reads they would " +
-			"serve get 429 meanwhile (or go to etcd with --watch-cache-consistent-read-fallback).",
-		StabilityLevel: compbasemetrics.ALPHA,
-	}, []string{"group", "resource"})
+	watchersGauge = gaugeVec("watchers",
+		"Open watchers, by whether they are synced (fed directly) or catching up from the event log.", "state")
+	parkedCounter = counterVec("parked_watchers_total",
+		"Watchers whose channel was full, moved to catch up from the event log instead of being closed.")
+	catchUpLagEvents = histogramVec("catch_up_events", compbasemetrics.ExponentialBuckets(1, 4, 10),
+		"Events a watcher read from the event log in one catch-up, before it was synced again.")
+	snapshotsGauge = gaugeVec("snapshots",
+		"Point-in-time snapshots held for exact-resourceVersion lists and pagination.")
+	historyEventsGauge = gaugeVec("history_events",
+		"Events held in the event log.")
+	historyBytesGauge = gaugeVec("history_bytes",
+		"Estimated bytes of the object versions the event log holds; Config.HistoryBudget bounds it.")
+	historyEvictedCounter = counterVec("history_evicted_events_total",
+		"Events that left the event log while still inside its history window, because the log reached its "+
+			"byte budget. A watch from their resourceVersions gets 410.")
+	encodedObjectsGauge = gaugeVec("encoded_objects",
+		"Cached object versions holding the encodings made to send them to watchers, shared by every "+
+			"watcher they are sent to; each drops them once a whole encoding TTL passes without a send.")
+	initialEventsWaiting = gaugeVec("initial_events_waiting_watchers",
+		"Watchers waiting for their turn to stream initial events (watch-lists, and watches from "+
+			"resourceVersion 0); --watch-cache-initial-events-concurrency bounds how many stream at once.")
+	initialEventsPaused = counterVec("initial_events_paused_seconds_total",
+		"Time watchers streaming initial events spent paused so that requests being served found CPU free; "+
+			"--watch-cache-initial-events-share sets the part of the time they stream meanwhile.")
+	listsWaiting = gaugeVec("lists_waiting",
+		"Large lists from the cache waiting for their place before taking their items; "+
+			"--watch-cache-list-concurrency bounds how many are written at once.")
+	etcdWatchRestarts = counterVec("etcd_watch_restarts_total",
+		"Times the cache re-opened its etcd watch from its head without re-listing, by why the watch ended: "+
+			"closed, silent, no_leader, etcd_unavailable. Watchers stay open through these.", "reason")
+	relistsCounter = counterVec("relists_total",
+		"Times the cache listed etcd again and ended its watchers with 410, by why: compacted, unreadable, "+
+			"inconsistent, etcd_unavailable.", "reason")
+	// 10 s is a bucket's bound: the alert on gaps longer than that
+	// (artifacts/monitoring) reads it.
+	etcdWatchGap = histogramVec("etcd_watch_gap_seconds", []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+		"Time without a working etcd watch: from the watch failing until a new one delivered an event or "+
+			"a progress notification. The sum is the total time events could not flow.")
+	unreadyGauge = gaugeVec("unready",
+		"Caches of the resource that cannot serve: initializing, or listing etcd again. Reads they would "+
+			"serve get 429 meanwhile (or go to etcd with --watch-cache-consistent-read-fallback).")
 
 	registerOnce sync.Once
 )
+
+// gaugeVec, counterVec and histogramVec make a cached_apiserver_watch_cache_
+// metric with the group and resource labels, and extra ones.
+func gaugeVec(name, help string, extra ...string) *compbasemetrics.GaugeVec {
+	return compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{Namespace: namespace, Subsystem: subsystem, Name: name,
+		Help: help, StabilityLevel: compbasemetrics.ALPHA}, append([]string{"group", "resource"}, extra...))
+}
+
+func counterVec(name, help string, extra ...string) *compbasemetrics.CounterVec {
+	return compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{Namespace: namespace, Subsystem: subsystem, Name: name,
+		Help: help, StabilityLevel: compbasemetrics.ALPHA}, append([]string{"group", "resource"}, extra...))
+}
+
+func histogramVec(name string, buckets []float64, help string) *compbasemetrics.HistogramVec {
+	return compbasemetrics.NewHistogramVec(&compbasemetrics.HistogramOpts{Namespace: namespace, Subsystem: subsystem, Name: name,
+		Help: help, Buckets: buckets, StabilityLevel: compbasemetrics.ALPHA}, []string{"group", "resource"})
+}
+
+const namespace, subsystem = "cached_apiserver", "watch_cache"
 
 func registerMetrics() {
 	registerOnce.Do(func() {

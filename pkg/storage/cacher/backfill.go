@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -101,9 +102,9 @@ func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*event, error) 
 	if err != nil {
 		return nil, err
 	}
-	state := make(map[string]*object, len(objs))
+	state := make(map[string]*object.Object, len(objs))
 	for _, o := range objs {
-		state[o.key] = o
+		state[o.Key] = o
 	}
 	var events []*event
 	now := c.cfg.Clock.Now()
@@ -115,32 +116,32 @@ func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*event, error) 
 				return watchEnd{err: errBackfilled}, true
 			}
 		case watch.Added, watch.Modified, watch.Deleted:
-			o, err := c.newObject(ev.Object)
+			o, err := c.build.Build(ev.Object)
 			if err != nil {
 				return watchEnd{reason: endUnreadable, err: err}, true
 			}
-			if o.rv > to {
+			if o.RV > to {
 				return watchEnd{err: errBackfilled}, true
 			}
-			prev := state[o.key]
-			e := &event{key: o.key, rv: o.rv, cur: o, prev: prev, recorded: now}
+			prev := state[o.Key]
+			e := &event{key: o.Key, rv: o.RV, cur: o, prev: prev, recorded: now}
 			switch {
 			case ev.Type == watch.Deleted && prev == nil:
 				e = nil
 			case ev.Type == watch.Deleted:
 				e.typ = watch.Deleted
-				delete(state, o.key)
+				delete(state, o.Key)
 			case prev == nil:
 				e.typ = watch.Added
-				state[o.key] = o
+				state[o.Key] = o
 			default:
 				e.typ = watch.Modified
-				state[o.key] = o
+				state[o.Key] = o
 			}
 			if e != nil {
 				events = append(events, e)
 			}
-			if o.rv == to {
+			if o.RV == to {
 				return watchEnd{err: errBackfilled}, true
 			}
 		case watch.Error:

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
 // Cacher is a storage.Interface that serves reads and watches from memory
@@ -25,17 +26,11 @@ type Cacher struct {
 	log     *eventLog
 	d       *dispatcher
 	ready   *readiness
-	// pres makes objects' fields and cachingObjects; its expiry forgets the
+	// pres makes objects' fields and Cachings; its expiry forgets the
 	// latter once Config.EncodingTTL passes without a send.
 	pres *presenter
-	// intern shares equal label sets and field values between the objects
-	// the cache holds.
-	intern *interner
-	// codec makes and decodes the objects' bytes.
-	codec *objectCodec
-	// indexers are Config.Indexers other than the trigger field's, whose
-	// values each object keeps, by name in object.indexed's order.
-	indexers []namedIndexer
+	// build makes the objects the cache holds.
+	build *object.Builder
 
 	// relistRequests carries the consistency check's request to list again.
 	relistRequests chan string
@@ -72,13 +67,11 @@ func New(cfg Config) (*Cacher, error) {
 	c.outage.cache = c
 	c.ready.unready = c.metrics.unready
 	c.metrics.unready.Set(1)
-	c.intern = newInterner(defaultInternBudget)
-	c.codec = newObjectCodec(cfg.Codec, cfg.Scheme, cfg.NewFunc)
-	c.indexers = c.extraIndexers()
-	c.store = newStore(c.indexFuncs())
-	c.pres = &presenter{trigger: cfg.TriggerField, codec: c.codec}
+	c.build = object.NewBuilder(cfg.builderConfig())
+	c.store = newStore(c.build.IndexFuncs())
+	c.pres = &presenter{trigger: cfg.TriggerField, codec: c.build.Codec()}
 	if cfg.EncodingTTL > 0 {
-		c.pres.expiry = newEncodingExpiry(cfg.EncodingTTL, cfg.Clock)
+		c.pres.expiry = object.NewExpiry(cfg.EncodingTTL, cfg.Clock)
 	}
 	c.log = history.New[*event](history.Config{Window: cfg.HistoryWindow, MinSize: cfg.MinHistorySize, MaxSize: cfg.MaxHistorySize, Budget: cfg.HistoryBudget})
 	c.d = newDispatcher(c.store, c.log, c.pres, cfg.Versioner, cfg.NewFunc, cfg.Clock, cfg.BookmarkFrequency, c.metrics)

@@ -3,6 +3,7 @@ package cacher
 import (
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"k8s.io/apimachinery/pkg/watch"
 )
 
@@ -94,7 +95,7 @@ func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 		return false
 	}
 	sent := 0
-	each := func(o *object) bool {
+	each := func(o *object.Object) bool {
 		if w.filter.matches(o, d.pres, nil) {
 			ok = turn.send(watch.Event{Type: watch.Added, Object: d.pres.caching(o)})
 			sent++
@@ -103,7 +104,7 @@ func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 	}
 	if init.indexed {
 		for _, o := range init.objs {
-			if w.covers(o.key) && !each(o) {
+			if w.covers(o.Key) && !each(o) {
 				break
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
@@ -203,4 +204,11 @@ func setDefault[T comparable](v *T, def T) {
 	if *v == zero {
 		*v = def
 	}
+}
+
+// builderConfig is what the cache's Builder needs of c.
+func (c *Config) builderConfig() object.BuilderConfig {
+	return object.BuilderConfig{Codec: c.Codec, Scheme: c.Scheme, NewFunc: c.NewFunc, KeyFunc: c.KeyFunc,
+		GetAttrsFunc: c.GetAttrsFunc, Versioner: c.Versioner, TriggerField: c.TriggerField,
+		IndexerFuncs: c.IndexerFuncs, Indexers: c.Indexers}
 }

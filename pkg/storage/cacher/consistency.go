@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
@@ -86,8 +87,8 @@ func (c *Cacher) compareWithEtcd(ctx context.Context) checkResult {
 	}
 	snap := c.store.latest()
 	cached := make([]keyRV, 0, snap.tree.Len())
-	snap.tree.Ascend(func(o *object) bool {
-		cached = append(cached, keyRV{o.key, o.rv})
+	snap.tree.Ascend(func(o *object.Object) bool {
+		cached = append(cached, keyRV{o.Key, o.RV})
 		return true
 	})
 	r := checkResult{rv: snap.rv}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +49,7 @@ func (c *Cacher) dropFromStateForTest(t *testing.T, key string) {
 	s := c.store
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o, ok := s.tree.Delete(&object{key: key})
+	o, ok := s.tree.Delete(&object.Object{Key: key})
 	if !ok {
 		t.Fatalf("the cache does not hold %s", key)
 	}
@@ -66,7 +67,7 @@ func (c *Cacher) putInStateForTest(t *testing.T, key string, rv uint64) {
 	defer s.mu.Unlock()
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: key[strings.LastIndex(key, "/")+1:], Namespace: "ns", ResourceVersion: fmt.Sprint(rv)}}
 	o := podObject(pod)
-	o.key = key
+	o.Key = key
 	s.tree.ReplaceOrInsert(o)
 	s.changed = true
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -190,7 +191,7 @@ func (d *dispatcher) compacted(rev int64) {
 // reset ends every watcher and installs a fresh list, as after a relist.
 // Ended watchers' clients resume from their last resourceVersion, and get
 // 410 if it is older than the new list.
-func (d *dispatcher) reset(objs []*object, rv uint64) {
+func (d *dispatcher) reset(objs []*object.Object, rv uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.endAllLocked(nil)
@@ -268,7 +269,7 @@ type initialEvents struct {
 	// trigger value in key order, are the watcher's candidates, instead of
 	// snap's every object in the watcher's range.
 	indexed bool
-	objs    []*object
+	objs    []*object.Object
 	// endBookmark asks for the initial-events-end bookmark after the objects.
 	endBookmark bool
 }

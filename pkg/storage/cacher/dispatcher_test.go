@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -30,9 +31,9 @@ type testDispatcher struct {
 
 func newTestDispatcher(logMax int) *testDispatcher {
 	clk := testingclock.NewFakeClock(time.Unix(10_000, 0))
-	s := newStore(map[string]func(*object) []string{})
+	s := newStore(map[string]func(*object.Object) []string{})
 	l := newTestLog(time.Minute, 4, logMax)
-	d := newDispatcher(s, l, &presenter{trigger: "spec.nodeName", codec: podIngest.codec}, storage.APIObjectVersioner{}, func() runtime.Object { return &example.Pod{} }, clk, time.Minute,
+	d := newDispatcher(s, l, &presenter{trigger: "spec.nodeName", codec: podIngest.Codec()}, storage.APIObjectVersioner{}, func() runtime.Object { return &example.Pod{} }, clk, time.Minute,
 		newCacheMetrics(schema.GroupResource{Resource: "pods"}))
 	d.reset(nil, 1)
 	return &testDispatcher{dispatcher: d, clock: clk, rv: 1}
@@ -44,12 +45,12 @@ func (d *testDispatcher) put(name string, lbls map[string]string, node string) {
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: lbls,
 		ResourceVersion: fmt.Sprint(d.rv)}, Spec: example.PodSpec{NodeName: node}}
 	o := podObject(pod)
-	prev, _ := d.store.get(o.key)
+	prev, _ := d.store.get(o.Key)
 	typ := watch.Added
 	if prev != nil {
 		typ = watch.Modified
 	}
-	d.process(&event{typ: typ, key: o.key, rv: d.rv, cur: o, prev: prev, recorded: d.clock.Now()})
+	d.process(&event{typ: typ, key: o.Key, rv: d.rv, cur: o, prev: prev, recorded: d.clock.Now()})
 }
 
 func (d *testDispatcher) del(name string) {
@@ -58,7 +59,7 @@ func (d *testDispatcher) del(name string) {
 	gone := prev.DeepCopyObject().(*example.Pod)
 	gone.ResourceVersion = fmt.Sprint(d.rv)
 	cur := podObject(gone)
-	d.process(&event{typ: watch.Deleted, key: prev.key, rv: d.rv, cur: cur, prev: prev, recorded: d.clock.Now()})
+	d.process(&event{typ: watch.Deleted, key: prev.Key, rv: d.rv, cur: cur, prev: prev, recorded: d.clock.Now()})
 }
 
 func (d *testDispatcher) watch(t *testing.T, pred storage.SelectionPredicate, buffer int) *watcher {
@@ -508,7 +509,7 @@ func TestDeadlineBookmarkAlwaysGoes(t *testing.T) {
 }
 
 // TestBookmarksShareOneEncoding checks that watchers sent a bookmark at the
-// same resourceVersion get one cachingObject, so that the watch handlers
+// same resourceVersion get one Caching, so that the watch handlers
 // encode it once, and that a later head gets a new one.
 func TestBookmarksShareOneEncoding(t *testing.T) {
 	d := newTestDispatcher(100)

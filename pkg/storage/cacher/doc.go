@@ -6,7 +6,7 @@
 //
 //	etcd ──► source ──► ingest ──► dispatcher ──┬─► store     (current objects, snapshots by resourceVersion)
 //	         etcd_watch.go  ingest.go            ├─► history   (internal/history: recent events, by resourceVersion)
-//	         backfill.go                         └─► fan-out   (watcher_index.go, internal/shard: the watchers an event matches)
+//	         backfill.go    internal/object      └─► fan-out   (watcher_index.go, internal/shard: the watchers an event matches)
 //	         consistency.go                              └─► watcher ──► client
 //	         silence.go, internal/etcdconn
 //
@@ -16,8 +16,8 @@
 //     the etcd connections gone as quiet first), backfills history after a
 //     warm start, and compares keys with etcd now and then.
 //   - Ingest turns each etcd event into an object version: its encoded bytes
-//     plus what selectors read (object.go), with shard hashes and shared
-//     label sets (interner.go).
+//     plus what selectors read, with shard hashes and shared label sets
+//     (internal/object, whose Builder makes them).
 //   - The dispatcher applies an event to the store and the history under one
 //     lock, and hands it to the watchers the index finds for it; a watcher
 //     that falls behind reads the history through its own cursor
@@ -29,7 +29,7 @@
 //     (initial_events_gate.go paces them).
 //   - Responses are the object's bytes where the client's encoding matches
 //     them, and decoded and encoded once per object version and encoding
-//     otherwise (object_codec.go, caching_object.go).
+//     otherwise (internal/object: Codec, Caching).
 //
 // # Lock order
 //

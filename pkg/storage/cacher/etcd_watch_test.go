@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -405,7 +406,7 @@ func expectNames(t *testing.T, w watch.Interface, names ...string) {
 	t.Helper()
 	for _, name := range names {
 		ev := next(t, w)
-		_, ok := ev.Object.(*cachingObject)
+		_, ok := ev.Object.(*object.Caching)
 		if ev.Type != watch.Added || !ok || decodedPod(t, ev.Object).Name != name {
 			t.Fatalf("got %s %v, want ADDED %s", ev.Type, ev.Object, name)
 		}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
 // eventLog is the history of events every watcher reads.
@@ -21,9 +22,9 @@ type event struct {
 	rv  uint64
 	// cur is the new state for ADDED and MODIFIED, and the last state at the
 	// deletion's resourceVersion for DELETED.
-	cur *object
+	cur *object.Object
 	// prev is the state before the change; nil for ADDED.
-	prev *object
+	prev *object.Object
 	// recorded is when ingest saw the event; the log keeps it for the history window.
 	recorded time.Time
 	// decoded is when the etcd3 store decoded the event from etcd's watch,
@@ -34,7 +35,7 @@ type event struct {
 	// leaving is prev at this event's resourceVersion, built once for the
 	// watchers this event moves out of their selector.
 	leavingOnce sync.Once
-	leaving     *cachingObject
+	leaving     *object.Caching
 }
 
 // RV is the event's resourceVersion, for the history.
@@ -50,7 +51,7 @@ func (e *event) Size() int64 {
 	if e.cur == nil {
 		return 0
 	}
-	return e.cur.size()
+	return e.cur.Size()
 }
 
 // forWatcher returns what a watcher with filter f receives, following
@@ -80,16 +81,16 @@ func (e *event) forWatcher(f *filter, v storage.Versioner, pr *presenter, m *eve
 	return watch.Event{}, false
 }
 
-func (e *event) leavingObject(v storage.Versioner, pr *presenter) *cachingObject {
+func (e *event) leavingObject(v storage.Versioner, pr *presenter) *object.Caching {
 	e.leavingOnce.Do(func() {
-		o, err := e.prev.at(v, e.rv)
+		o, err := e.prev.At(v, e.rv)
 		if err != nil {
 			// Only objects that cannot be decoded fail here, and ingest keeps none.
 			klog.ErrorS(err, "Cannot set the resourceVersion of a DELETED event", "key", e.key)
 			e.leaving = pr.caching(e.prev)
 			return
 		}
-		e.leaving = newCachingObject(o)
+		e.leaving = object.NewCaching(o)
 	})
 	return e.leaving
 }

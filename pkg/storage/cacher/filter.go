@@ -9,6 +9,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
@@ -47,18 +48,18 @@ func newFilter(p storage.SelectionPredicate) (*filter, error) {
 
 // matches reports whether o passes the filter. fields, if not nil, is o's
 // fields, computed once for several filters.
-func (f *filter) matches(o *object, pr *presenter, fields *objectFields) bool {
+func (f *filter) matches(o *object.Object, pr *presenter, fields *objectFields) bool {
 	if f == nil {
 		return true
 	}
-	if f.shard != nil && !f.shard.Matches(&o.hashes) {
+	if f.shard != nil && !f.shard.Matches(&o.Hashes) {
 		return false
 	}
 	p := f.pred
 	if p == nil {
 		return true
 	}
-	if p.Label != nil && !p.Label.Matches(o.labels) {
+	if p.Label != nil && !p.Label.Matches(o.Labels) {
 		return false
 	}
 	if p.Field == nil || p.Field.Empty() {

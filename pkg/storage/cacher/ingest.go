@@ -3,11 +3,10 @@ package cacher
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -15,10 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
 // listPageSize is the page size of the cache's own lists from etcd, as
@@ -100,8 +96,8 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 }
 
 // listAt reads every object at revision rev, or at the current one for 0.
-func (c *Cacher) listAt(ctx context.Context, rev uint64) ([]*object, uint64, error) {
-	var objs []*object
+func (c *Cacher) listAt(ctx context.Context, rev uint64) ([]*object.Object, uint64, error) {
+	var objs []*object.Object
 	var rv uint64
 	opts := storage.ListOptions{
 		Recursive: true,
@@ -124,7 +120,7 @@ func (c *Cacher) listAt(ctx context.Context, rev uint64) ([]*object, uint64, err
 			return objs, rv, nil
 		}
 		if c.cfg.KeyReader != nil {
-			rest, err := c.listSplit(ctx, opts, rv, objs[len(objs)-1].key)
+			rest, err := c.listSplit(ctx, opts, rv, objs[len(objs)-1].Key)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -138,14 +134,14 @@ func (c *Cacher) listAt(ctx context.Context, rev uint64) ([]*object, uint64, err
 
 // listPage reads one page of a list from the underlying store, and returns
 // its objects, its revision and its continue token.
-func (c *Cacher) listPage(ctx context.Context, opts storage.ListOptions) ([]*object, uint64, string, error) {
+func (c *Cacher) listPage(ctx context.Context, opts storage.ListOptions) ([]*object.Object, uint64, string, error) {
 	list := c.cfg.NewListFunc()
 	if err := c.cfg.Storage.GetList(ctx, c.cfg.ResourcePrefix, opts, list); err != nil {
 		return nil, 0, "", fmt.Errorf("listing %s: %w", c.cfg.GroupResource, err)
 	}
-	var objs []*object
+	var objs []*object.Object
 	err := meta.EachListItem(list, func(item runtime.Object) error {
-		o, err := c.newObject(item)
+		o, err := c.build.Build(item)
 		if err == nil {
 			objs = append(objs, o)
 		}
@@ -154,7 +150,7 @@ func (c *Cacher) listPage(ctx context.Context, opts storage.ListOptions) ([]*obj
 	if err != nil {
 		return nil, 0, "", err
 	}
-	packBytes(objs)
+	object.PackBytes(objs)
 	lm, err := meta.ListAccessor(list)
 	if err != nil {
 		return nil, 0, "", err
@@ -169,14 +165,14 @@ func (c *Cacher) listPage(ctx context.Context, opts storage.ListOptions) ([]*obj
 // ingest turns one etcd event into a cached event. decoded is when the
 // etcd3 store decoded it, if it said.
 func (c *Cacher) ingest(ev watch.Event, decoded time.Time) error {
-	o, err := c.newObject(ev.Object)
+	o, err := c.build.Build(ev.Object)
 	if err != nil {
 		return err
 	}
 	c.metrics.eventsReceived.Inc()
-	c.metrics.resourceVersion(o.rv)
-	prev, _ := c.store.get(o.key)
-	e := &event{key: o.key, rv: o.rv, cur: o, prev: prev, recorded: c.cfg.Clock.Now()}
+	c.metrics.resourceVersion(o.RV)
+	prev, _ := c.store.get(o.Key)
+	e := &event{key: o.Key, rv: o.RV, cur: o, prev: prev, recorded: c.cfg.Clock.Now()}
 	if !decoded.IsZero() {
 		// The dispatch latency compares real times, as the decode time is.
 		e.decoded, e.received = decoded.UnixNano(), time.Now().UnixNano()
@@ -184,7 +180,7 @@ func (c *Cacher) ingest(ev watch.Event, decoded time.Time) error {
 	switch {
 	case ev.Type == watch.Deleted && prev == nil:
 		// Deleting what the cache never held: nothing to tell watchers.
-		c.d.progress(o.rv)
+		c.d.progress(o.RV)
 		return nil
 	case ev.Type == watch.Deleted:
 		e.typ = watch.Deleted
@@ -195,95 +191,4 @@ func (c *Cacher) ingest(ev watch.Event, decoded time.Time) error {
 	}
 	c.d.process(e)
 	return nil
-}
-
-// newObject computes what the cache keeps for an object: its bytes and
-// what selectors need. obj is not kept.
-func (c *Cacher) newObject(obj runtime.Object) (*object, error) {
-	key, err := c.cfg.KeyFunc(obj)
-	if err != nil {
-		return nil, fmt.Errorf("key of %T: %w", obj, err)
-	}
-	l, f, err := c.cfg.GetAttrsFunc(obj)
-	if err != nil {
-		return nil, fmt.Errorf("attributes of %s: %w", key, err)
-	}
-	rv, err := c.cfg.Versioner.ObjectResourceVersion(obj)
-	if err != nil {
-		return nil, fmt.Errorf("resourceVersion of %s: %w", key, err)
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return nil, fmt.Errorf("metadata of %s: %w", key, err)
-	}
-	raw, err := c.codec.encode(obj)
-	if err != nil {
-		return nil, fmt.Errorf("encoding %s: %w", key, err)
-	}
-	o := &object{key: key, name: nameIn(key, m.GetName()), raw: raw, head: typeHeader(raw), codec: c.codec, rv: rv}
-	if len(l) > 0 {
-		o.labels = c.intern.labels(l)
-	}
-	if c.cfg.TriggerField != "" {
-		o.trigger = c.cfg.IndexerFuncs[c.cfg.TriggerField](obj)
-	}
-	o.fields = c.intern.fields(f, c.cfg.TriggerField)
-	o.hashes[shard.ByUID] = shard.Hash(string(m.GetUID()))
-	o.hashes[shard.ByNamespace] = shard.Hash(m.GetNamespace())
-	if len(c.indexers) > 0 {
-		o.indexed = make([][]string, len(c.indexers))
-		for i, ix := range c.indexers {
-			values, err := ix.fn(obj)
-			if err != nil {
-				klog.ErrorS(err, "Indexer failed", "index", ix.name, "key", key)
-			}
-			o.indexed[i] = values
-		}
-	}
-	return o, nil
-}
-
-// nameIn returns name, as the substring of key that ends it if there is
-// one, so that the object keeps no second copy.
-func nameIn(key, name string) string {
-	if strings.HasSuffix(key, "/"+name) {
-		return key[len(key)-len(name):]
-	}
-	return name
-}
-
-// namedIndexer is one of Config.Indexers.
-type namedIndexer struct {
-	name string
-	fn   cache.IndexFunc
-}
-
-// extraIndexers returns Config.Indexers but the trigger field's, in a
-// fixed order: the trigger function and the indexer give the same values,
-// and the object keeps the trigger's.
-func (c *Cacher) extraIndexers() []namedIndexer {
-	var out []namedIndexer
-	if c.cfg.Indexers == nil {
-		return nil
-	}
-	for name, fn := range *c.cfg.Indexers {
-		if c.cfg.TriggerField != "" && name == storage.FieldIndex(c.cfg.TriggerField) {
-			continue
-		}
-		out = append(out, namedIndexer{name: name, fn: fn})
-	}
-	slices.SortFunc(out, func(a, b namedIndexer) int { return strings.Compare(a.name, b.name) })
-	return out
-}
-
-// indexFuncs adapts the indexers, and the trigger field, to the store.
-func (c *Cacher) indexFuncs() map[string]func(*object) []string {
-	fns := map[string]func(*object) []string{}
-	for i, ix := range c.indexers {
-		fns[ix.name] = func(o *object) []string { return o.indexed[i] }
-	}
-	if c.cfg.TriggerField != "" {
-		fns[storage.FieldIndex(c.cfg.TriggerField)] = func(o *object) []string { return []string{o.trigger} }
-	}
-	return fns
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -111,9 +112,9 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 		if !ok {
 			continue
 		}
-		matched := make([]*object, 0, len(objs))
+		matched := make([]*object.Object, 0, len(objs))
 		for _, o := range objs {
-			if inScope(key, recursive, o.key) && f.matches(o, c.pres, nil) {
+			if inScope(key, recursive, o.Key) && f.matches(o, c.pres, nil) {
 				matched = append(matched, o)
 			}
 		}
@@ -136,16 +137,16 @@ func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recurs
 		fetched          int
 		lastKey          string
 		more             bool
-		matched          []*object
+		matched          []*object.Object
 		err              error
 	)
 	if limit > 0 {
 		// The page holds at most what the snapshot holds: a client's limit
 		// is not an allocation size (limit=2^63-1 made the server panic).
-		matched = make([]*object, 0, min(limit, int64(snap.tree.Len())))
+		matched = make([]*object.Object, 0, min(limit, int64(snap.tree.Len())))
 	}
 	empty := f.empty()
-	snap.scan(key, recursive, fromKey, func(o *object) bool {
+	snap.scan(key, recursive, fromKey, func(o *object.Object) bool {
 		if limit > 0 && count == limit {
 			// Anything left in range means another page, even if it may
 			// not match, as etcd3 answers.
@@ -163,7 +164,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recurs
 		}
 		matched = append(matched, o)
 		count++
-		lastKey = o.key
+		lastKey = o.Key
 		return true
 	})
 	if err := c.setItems(ctx, listObj, matched); err != nil {
@@ -186,7 +187,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recurs
 
 // setItems puts objs in listObj's items, once the list gate lets a list of
 // that size through.
-func (c *Cacher) setItems(ctx context.Context, listObj runtime.Object, objs []*object) error {
+func (c *Cacher) setItems(ctx context.Context, listObj runtime.Object, objs []*object.Object) error {
 	if err := c.cfg.Lists.enter(ctx, len(objs), c.metrics.listsWaiting); err != nil {
 		// Its client left, or its deadline passed: 504, as for a request
 		// that timed out anywhere else.
@@ -217,7 +218,7 @@ type SharingList interface {
 // setItems fills a list's Items with objs. A SharingList gets the
 // objects themselves, whose bytes its response writes; any other list
 // gets decoded copies, as etcd3 fills it.
-func setItems(listObj runtime.Object, objs []*object) error {
+func setItems(listObj runtime.Object, objs []*object.Object) error {
 	if l, ok := listObj.(SharingList); ok {
 		shared := make([]runtime.Object, len(objs))
 		for i, o := range objs {
@@ -238,7 +239,7 @@ func setItems(listObj runtime.Object, objs []*object) error {
 	items := reflect.MakeSlice(v.Type(), len(objs), len(objs))
 	ptrs := v.Type().Elem().Kind() == reflect.Pointer
 	for i, o := range objs {
-		obj, err := o.decode()
+		obj, err := o.Decode()
 		if err != nil {
 			return err
 		}
@@ -289,5 +290,5 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 		_, head := c.log.Bounds()
 		return storage.NewKeyNotFoundError(key, int64(head))
 	}
-	return o.decodeInto(objPtr)
+	return o.DecodeInto(objPtr)
 }

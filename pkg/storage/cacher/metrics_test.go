@@ -1,10 +1,15 @@
 package cacher
 
 import (
+	"context"
 	"testing"
+	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/storage"
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // TestGaugeSharesAdd checks that two caches of one resource, as a server
@@ -63,4 +68,39 @@ func TestUnreadyFollowsReadiness(t *testing.T) {
 			t.Fatalf("after set(%d): unready reads %v, want %v", step.to, got, step.want)
 		}
 	}
+}
+
+// TestEncodedObjectsGauge checks that the cache reports how many object
+// versions hold encodings: one once a watcher was sent a pod, none once
+// the TTL passed without another send.
+func TestEncodedObjectsGauge(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	c := newTestCacher(t, func(o *setupOptions) {
+		o.config = func(cfg *Config) { cfg.Clock = clk }
+	})
+	waitReady(t, c.Cacher)
+	createPod(t, c, "a")
+	w, err := c.Watch(context.Background(), "/pods/ns", storage.ListOptions{ResourceVersion: "0", Predicate: storage.Everything, Recursive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	recvWithin(t, w.ResultChan(), "the ADDED event")
+	// The gauge is shared with earlier tests' caches of pods.
+	c.d.metrics.encoded.Set(-1)
+	waitGauge := func(want float64) {
+		t.Helper()
+		var got float64
+		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+			got, _ = testutil.GetGaugeMetricValue(c.d.metrics.encoded.g)
+			return got == want, nil
+		}); err != nil {
+			t.Fatalf("encoded objects: %v, want %v", got, want)
+		}
+	}
+	// Each step fires the cache's tick, which sets the gauge.
+	clk.Step(bookmarkTick)
+	waitGauge(1)
+	clk.Step(DefaultEncodingTTL)
+	waitGauge(0)
 }

@@ -3,6 +3,7 @@ package cacher
 import (
 	"fmt"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
@@ -14,56 +15,38 @@ import (
 //     field other than the name and the trigger field. The object keeps
 //     the other fields' values in a slice shared between objects (upstream
 //     keeps a map of about 350 bytes an object);
-//   - its cachingObject, only when it is sent, dropped with its encodings
+//   - its Caching, only when it is sent, dropped with its encodings
 //     and its decoded copy by the expiry.
 type presenter struct {
 	// trigger is Config.TriggerField; "" if none.
 	trigger string
 	// codec encodes the objects shared that are not cached.
-	codec *objectCodec
-	// expiry detaches cachingObjects; nil keeps them while the object is current.
-	expiry *encodingExpiry
+	codec *object.Codec
+	// expiry detaches Cachings; nil keeps them while the object is current.
+	expiry *object.Expiry
 }
 
-// caching returns o's cachingObject, making it if o has none: every sender
-// until the expiry's TTL passes unused shares one, and so one encoding per
-// serializer.
-func (pr *presenter) caching(o *object) *cachingObject {
-	for {
-		if co := o.co.Load(); co != nil {
-			if pr.expiry != nil {
-				pr.expiry.touch(co)
-			}
-			return co
-		}
-		co := newCachingObject(o)
-		co.slot = &o.co
-		if o.co.CompareAndSwap(nil, co) {
-			if pr.expiry != nil {
-				pr.expiry.add(co)
-			}
-			return co
-		}
-	}
-}
+// caching returns o's Caching, which every sender shares until the
+// expiry's TTL passes unused.
+func (pr *presenter) caching(o *object.Object) *object.Caching { return o.Caching(pr.expiry) }
 
-// shared returns a cachingObject for obj, an object at rv that the cache
+// shared returns a Caching for obj, an object at rv that the cache
 // does not hold, such as a bookmark, so that every watcher sent it shares
 // its encodings. If it cannot be encoded as cached objects are, its
 // encodings are made from obj.
 func (pr *presenter) shared(obj runtime.Object, rv uint64) runtime.Object {
-	raw, err := pr.codec.encode(obj)
+	raw, err := pr.codec.Encode(obj)
 	if err != nil {
 		klog.ErrorS(err, "Cannot encode an object to share", "type", fmt.Sprintf("%T", obj))
 		return obj
 	}
-	return newCachingObject(&object{raw: raw, head: typeHeader(raw), codec: pr.codec, rv: rv})
+	return object.NewCaching(&object.Object{Raw: raw, Head: object.TypeHeader(raw), Codec: pr.codec, RV: rv})
 }
 
 // fields returns o's selectable fields for a selector to read; nothing is
 // computed until the selector asks for a field other than the trigger.
 // A nil o has no fields.
-func (pr *presenter) fields(o *object) *objectFields {
+func (pr *presenter) fields(o *object.Object) *objectFields {
 	return &objectFields{pr: pr, o: o}
 }
 
@@ -79,7 +62,7 @@ func (pr *presenter) eventFields(e *event) *eventFields {
 // It is not safe for concurrent use.
 type objectFields struct {
 	pr   *presenter
-	o    *object
+	o    *object.Object
 	set  fields.Set
 	done bool
 }
@@ -99,10 +82,10 @@ func (f *objectFields) Get(name string) string {
 		case f.pr.trigger != "" && name == f.pr.trigger:
 			// The trigger function and the attributes agree on it: the
 			// dispatcher already picks watchers by it.
-			return f.o.trigger
-		case name == nameField:
+			return f.o.Trigger
+		case name == object.NameField:
 			// Every resource's attributes hold the object's name.
-			return f.o.name
+			return f.o.Name
 		}
 	}
 	return f.compute()[name]
@@ -113,13 +96,13 @@ func (f *objectFields) compute() fields.Set {
 		return f.set
 	}
 	f.done = true
-	f.set = make(fields.Set, len(f.o.fields)/2+2)
-	for i := 0; i+1 < len(f.o.fields); i += 2 {
-		f.set[f.o.fields[i]] = f.o.fields[i+1]
+	f.set = make(fields.Set, len(f.o.Fields)/2+2)
+	for i := 0; i+1 < len(f.o.Fields); i += 2 {
+		f.set[f.o.Fields[i]] = f.o.Fields[i+1]
 	}
-	f.set[nameField] = f.o.name
+	f.set[object.NameField] = f.o.Name
 	if f.pr.trigger != "" {
-		f.set[f.pr.trigger] = f.o.trigger
+		f.set[f.pr.trigger] = f.o.Trigger
 	}
 	return f.set
 }

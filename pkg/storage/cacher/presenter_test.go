@@ -20,7 +20,7 @@ func TestObjectFields(t *testing.T) {
 		Spec: example.PodSpec{NodeName: "node-1"}}
 	_, set, _ := podAttrs(pod)
 	o := podObject(pod)
-	pr := &presenter{trigger: "spec.nodeName", codec: podIngest.codec}
+	pr := &presenter{trigger: "spec.nodeName", codec: podIngest.Codec()}
 	for _, tc := range []struct {
 		selector string
 		want     bool

@@ -25,8 +25,8 @@ func (c *Cacher) tick(ctx context.Context) {
 		case now := <-bookmarks.C():
 			c.d.sendBookmarks(now)
 			if c.pres.expiry != nil {
-				c.pres.expiry.expire()
-				c.d.metrics.encoded.Set(float64(c.pres.expiry.len()))
+				c.pres.expiry.Expire()
+				c.d.metrics.encoded.Set(float64(c.pres.expiry.Len()))
 			}
 			c.d.compacted(c.cfg.Storage.CompactRevision())
 			c.d.recordGauges()

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/third_party/forked/golang/btree"
 )
@@ -14,14 +15,14 @@ import (
 // node copies per write.
 const btreeDegree = 32
 
-func newTree() *btree.BTree[*object] {
-	return btree.New(btreeDegree, func(a, b *object) bool { return a.key < b.key })
+func newTree() *btree.BTree[*object.Object] {
+	return btree.New(btreeDegree, func(a, b *object.Object) bool { return a.Key < b.Key })
 }
 
 // snapshot is an immutable view of every object at resourceVersion rv.
 type snapshot struct {
 	rv   uint64
-	tree *btree.BTree[*object]
+	tree *btree.BTree[*object.Object]
 }
 
 // store holds the current objects ordered by key, live indexes over them,
@@ -33,33 +34,33 @@ type snapshot struct {
 // 2 KiB an event kept for the whole history. A state between snapshots is
 // rebuilt by undoing the events after it (at).
 type store struct {
-	indexers map[string]func(*object) []string
+	indexers map[string]func(*object.Object) []string
 
 	// mu guards everything below.
 	mu   sync.RWMutex
-	tree *btree.BTree[*object]
+	tree *btree.BTree[*object.Object]
 	// rv is the resourceVersion of the current state.
 	rv uint64
 	// indexes map index name → value → key → object, for the current state.
-	indexes map[string]map[string]map[string]*object
+	indexes map[string]map[string]map[string]*object.Object
 	// snapshots are ordered by rv, each the state after every event up to
 	// its rv; changed is whether the tree changed since the last one.
 	snapshots []snapshot
 	changed   bool
 }
 
-func newStore(indexers map[string]func(*object) []string) *store {
+func newStore(indexers map[string]func(*object.Object) []string) *store {
 	s := &store{indexers: indexers}
 	s.replace(nil, 0)
 	return s
 }
 
 // replace installs a full list at rv, as after a (re)list.
-func (s *store) replace(objs []*object, rv uint64) {
+func (s *store) replace(objs []*object.Object, rv uint64) {
 	tree := newTree()
-	indexes := map[string]map[string]map[string]*object{}
+	indexes := map[string]map[string]map[string]*object.Object{}
 	for name := range s.indexers {
-		indexes[name] = map[string]map[string]*object{}
+		indexes[name] = map[string]map[string]*object.Object{}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -99,17 +100,17 @@ func (s *store) advance(rv uint64) {
 	}
 }
 
-func (s *store) indexLocked(o *object, add bool) {
+func (s *store) indexLocked(o *object.Object, add bool) {
 	for name, fn := range s.indexers {
 		for _, v := range fn(o) {
 			byValue := s.indexes[name]
 			if add {
 				if byValue[v] == nil {
-					byValue[v] = map[string]*object{}
+					byValue[v] = map[string]*object.Object{}
 				}
-				byValue[v][o.key] = o
+				byValue[v][o.Key] = o
 			} else if byValue[v] != nil {
-				delete(byValue[v], o.key)
+				delete(byValue[v], o.Key)
 				if len(byValue[v]) == 0 {
 					delete(byValue, v)
 				}
@@ -119,10 +120,10 @@ func (s *store) indexLocked(o *object, add bool) {
 }
 
 // get returns the current object at key.
-func (s *store) get(key string) (*object, bool) {
+func (s *store) get(key string) (*object.Object, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.tree.Get(&object{key: key})
+	return s.tree.Get(&object.Object{Key: key})
 }
 
 // latest returns the current state as an immutable snapshot, stamped with
@@ -184,7 +185,7 @@ func (s *store) at(rv uint64, eventsBetween func(rv, upTo uint64) ([]*event, boo
 
 // byIndex returns the current objects whose index name has value, ordered
 // by key, and the state's resourceVersion. ok is false without such an index.
-func (s *store) byIndex(name, value string) (objs []*object, rv uint64, ok bool) {
+func (s *store) byIndex(name, value string) (objs []*object.Object, rv uint64, ok bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	byValue, ok := s.indexes[name]
@@ -194,7 +195,7 @@ func (s *store) byIndex(name, value string) (objs []*object, rv uint64, ok bool)
 	for _, o := range byValue[value] {
 		objs = append(objs, o)
 	}
-	sort.Slice(objs, func(i, j int) bool { return objs[i].key < objs[j].key })
+	sort.Slice(objs, func(i, j int) bool { return objs[i].Key < objs[j].Key })
 	return objs, s.rv, true
 }
 
@@ -223,8 +224,8 @@ func (s *store) stats() (objects, snapshots int) {
 func (s *store) keys() []string {
 	snap := s.latest()
 	keys := make([]string, 0, snap.tree.Len())
-	snap.tree.Ascend(func(o *object) bool {
-		keys = append(keys, o.key)
+	snap.tree.Ascend(func(o *object.Object) bool {
+		keys = append(keys, o.Key)
 		return true
 	})
 	return keys
@@ -232,16 +233,16 @@ func (s *store) keys() []string {
 
 // scan calls fn for each object whose key has prefix (or equals it when not
 // recursive), starting at from, in key order, until fn returns false.
-func (sn snapshot) scan(prefix string, recursive bool, from string, fn func(*object) bool) {
+func (sn snapshot) scan(prefix string, recursive bool, from string, fn func(*object.Object) bool) {
 	if !recursive {
-		if o, ok := sn.tree.Get(&object{key: prefix}); ok && from <= prefix {
+		if o, ok := sn.tree.Get(&object.Object{Key: prefix}); ok && from <= prefix {
 			fn(o)
 		}
 		return
 	}
 	start := max(from, prefix)
-	sn.tree.AscendGreaterOrEqual(&object{key: start}, func(o *object) bool {
-		if !strings.HasPrefix(o.key, prefix) {
+	sn.tree.AscendGreaterOrEqual(&object.Object{Key: start}, func(o *object.Object) bool {
+		if !strings.HasPrefix(o.Key, prefix) {
 			return false
 		}
 		return fn(o)

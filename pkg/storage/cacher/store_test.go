@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
 // TestStoreAt applies adds, updates and deletes with snapshots taken only
@@ -16,9 +17,9 @@ import (
 // resourceVersion in the history is rebuilt exactly, from a snapshot or
 // from the current state, by undoing the events after it.
 func TestStoreAt(t *testing.T) {
-	s := newStore(map[string]func(*object) []string{})
+	s := newStore(map[string]func(*object.Object) []string{})
 	l := newTestLog(time.Hour, 4, 1024)
-	s.replace([]*object{{key: "/a", rv: 1}, {key: "/b", rv: 1}}, 1)
+	s.replace([]*object.Object{{Key: "/a", RV: 1}, {Key: "/b", RV: 1}}, 1)
 	l.Reset(1)
 
 	// want[rv] is key → object rv at rv.
@@ -37,16 +38,16 @@ func TestStoreAt(t *testing.T) {
 		{watch.Deleted, "/a", false},
 		{watch.Modified, "/b", false},
 	}
-	current := map[string]*object{"/a": {key: "/a", rv: 1}, "/b": {key: "/b", rv: 1}}
+	current := map[string]*object.Object{"/a": {Key: "/a", RV: 1}, "/b": {Key: "/b", RV: 1}}
 	for i, st := range steps {
 		rv := uint64(i + 2)
 		e := &event{typ: st.typ, key: st.key, rv: rv, prev: current[st.key], recorded: time.Now()}
 		if st.typ == watch.Deleted {
-			e.cur = &object{key: st.key, rv: rv}
+			e.cur = &object.Object{Key: st.key, RV: rv}
 			delete(current, st.key)
 			delete(state, st.key)
 		} else {
-			e.cur = &object{key: st.key, rv: rv}
+			e.cur = &object.Object{Key: st.key, RV: rv}
 			current[st.key] = e.cur
 			state[st.key] = rv
 		}
@@ -67,7 +68,7 @@ func TestStoreAt(t *testing.T) {
 				t.Fatal("not available")
 			}
 			got := map[string]uint64{}
-			sn.tree.Ascend(func(o *object) bool { got[o.key] = o.rv; return true })
+			sn.tree.Ascend(func(o *object.Object) bool { got[o.Key] = o.RV; return true })
 			if !maps.Equal(got, want[rv]) || sn.rv != rv {
 				t.Errorf("at(%d) = %v at %d, want %v", rv, got, sn.rv, want[rv])
 			}

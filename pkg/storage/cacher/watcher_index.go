@@ -1,6 +1,9 @@
 package cacher
 
-import "github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
+import (
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
+)
 
 // placeKind is which part of the watcher index holds a watcher.
 type placeKind uint8
@@ -43,7 +46,7 @@ func placeFor(key string, recursive bool, f *filter, trigger string) place {
 	if v, ok := f.requiresExactMatch(trigger); ok {
 		return place{kind: byTrigger, value: v}
 	}
-	if v, ok := f.requiresExactMatch(nameField); ok {
+	if v, ok := f.requiresExactMatch(object.NameField); ok {
 		return place{kind: byName, value: v}
 	}
 	if kv, ok := f.pinnedLabel(); ok {
@@ -54,9 +57,6 @@ func placeFor(key string, recursive bool, f *filter, trigger string) place {
 	}
 	return place{kind: byPrefix, value: key}
 }
-
-// nameField is the field the registry's single-object watches select on.
-const nameField = "metadata.name"
 
 // watcherSet is the synced watchers of one place. Each watcher knows its
 // position, so that leaving is O(1).
@@ -153,25 +153,25 @@ func (x *watcherIndex) lookup(e *event) []*watcherSet {
 			}
 		}
 	}
-	for _, o := range [2]*object{e.cur, e.prev} {
+	for _, o := range [2]*object.Object{e.cur, e.prev} {
 		if o == nil {
 			continue
 		}
 		if len(x.sets[byTrigger]) > 0 {
-			x.addSet(x.sets[byTrigger][o.trigger])
+			x.addSet(x.sets[byTrigger][o.Trigger])
 		}
 		if len(x.sets[byName]) > 0 {
-			x.addSet(x.sets[byName][o.name])
+			x.addSet(x.sets[byName][o.Name])
 		}
 		if byLabel := x.sets[byLabel]; len(byLabel) > 0 {
-			for k, v := range o.labels {
+			for k, v := range o.Labels {
 				x.label = append(append(append(x.label[:0], k...), '='), v...)
 				// The conversion in the index expression does not allocate.
 				x.addSet(byLabel[string(x.label)])
 			}
 		}
 		for field, shards := range x.shards {
-			x.scratch = shards.appendSets(x.scratch[:0], o.hashes[field])
+			x.scratch = shards.appendSets(x.scratch[:0], o.Hashes[field])
 			for _, s := range x.scratch {
 				x.addSet(s)
 			}

@@ -16,6 +16,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
@@ -84,9 +85,9 @@ func TestPlaceFor(t *testing.T) {
 func TestWatcherIndexLookup(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ShardedListAndWatch, true)
 	d := newTestDispatcher(8)
-	obj := func(key, name, trigger, uid, ns string, lbls labels.Set) *object {
-		o := &object{key: key, name: name, trigger: trigger, labels: lbls}
-		o.hashes[shard.ByUID], o.hashes[shard.ByNamespace] = shard.Hash(uid), shard.Hash(ns)
+	obj := func(key, name, trigger, uid, ns string, lbls labels.Set) *object.Object {
+		o := &object.Object{Key: key, Name: name, Trigger: trigger, Labels: lbls}
+		o.Hashes[shard.ByUID], o.Hashes[shard.ByNamespace] = shard.Hash(uid), shard.Hash(ns)
 		return o
 	}
 	a := obj("/pods/ns1/a", "a", "n1", "uid-a", "ns1", labels.Set{"app": "web", "tier": "front"})
@@ -147,7 +148,7 @@ func TestWatcherIndexLookup(t *testing.T) {
 		t.Fatalf("index holds %d watchers, want %d", got, len(watchers))
 	}
 	var found []string
-	for _, s := range d.synced.lookup(&event{typ: watch.Modified, key: a.key, cur: aMoved, prev: a}) {
+	for _, s := range d.synced.lookup(&event{typ: watch.Modified, key: a.Key, cur: aMoved, prev: a}) {
 		found = append(found, byName[s]...)
 	}
 	var want []string

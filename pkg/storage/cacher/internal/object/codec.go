@@ -1,4 +1,4 @@
-package cacher
+package object
 
 import (
 	"bytes"
@@ -14,11 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/versioning"
 )
 
-// objectCodec makes a cached object's bytes and decodes them, and learns
+// Codec makes a cached object's bytes and decodes them, and learns
 // which response encoders write those same bytes, so that their responses
 // are written from the bytes instead of encoded.
 //
-// The bytes are Config.Codec's, the storage's codec: its encoder writes an
+// The bytes are BuilderConfig.Codec's, the storage's codec: its encoder writes an
 // object at its storage version, as a response at that version in compact
 // JSON does. The generic handlers name each encoder by an identifier; the
 // first time an object is encoded with one, the output is compared with
@@ -26,11 +26,11 @@ import (
 // every object, since encoders are pure functions of the object: same
 // version, same serializer, same options. Anything else (another version,
 // YAML, pretty JSON, a Table) is encoded from a decoded copy, once per
-// object version while it is sent (cachingObject).
-type objectCodec struct {
+// object version while it is sent (Caching).
+type Codec struct {
 	codec runtime.Codec
 	// decoder decodes the cached bytes, as codec does, without reading them
-	// once more to find their type: nil without Config.Scheme.
+	// once more to find their type: nil without BuilderConfig.Scheme.
 	decoder runtime.Decoder
 	newFunc func() runtime.Object
 
@@ -61,8 +61,8 @@ const (
 	encoderWatchUncached
 )
 
-func newObjectCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtime.Object) *objectCodec {
-	c := &objectCodec{codec: codec, newFunc: newFunc, encoders: map[runtime.Identifier]encoderKind{}}
+func newCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtime.Object) *Codec {
+	c := &Codec{codec: codec, newFunc: newFunc, encoders: map[runtime.Identifier]encoderKind{}}
 	if scheme != nil {
 		// As the storage's codec decodes (k8s.io/apiserver's storage codec:
 		// JSON, not strict, defaulted, converted into the caller's type), but
@@ -76,12 +76,12 @@ func newObjectCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() 
 
 // decode decodes o's bytes into into: with decoder if they are JSON with
 // a type header, else with the storage's codec.
-func (c *objectCodec) decode(o *object, into runtime.Object) (runtime.Object, error) {
+func (c *Codec) decode(o *Object, into runtime.Object) (runtime.Object, error) {
 	d := runtime.Decoder(c.codec)
-	if c.decoder != nil && o.head > 0 {
+	if c.decoder != nil && o.Head > 0 {
 		d = c.decoder
 	}
-	out, _, err := d.Decode(o.raw, nil, into)
+	out, _, err := d.Decode(o.Raw, nil, into)
 	return out, err
 }
 
@@ -106,8 +106,8 @@ func (headerMeta) Interpret(data []byte) (*schema.GroupVersionKind, error) {
 	return &gvk, nil
 }
 
-// encode returns obj's bytes: its encoding, in a slice of its own length.
-func (c *objectCodec) encode(obj runtime.Object) ([]byte, error) {
+// Encode returns obj's bytes: its encoding, in a slice of its own length.
+func (c *Codec) Encode(obj runtime.Object) ([]byte, error) {
 	buf := scratch.Get().(*bytes.Buffer)
 	defer func() {
 		if buf.Cap() <= maxScratch {
@@ -122,7 +122,7 @@ func (c *objectCodec) encode(obj runtime.Object) ([]byte, error) {
 }
 
 // kind returns what is known of the encoder id.
-func (c *objectCodec) kind(id runtime.Identifier) encoderKind {
+func (c *Codec) kind(id runtime.Identifier) encoderKind {
 	c.mu.RLock()
 	k, ok := c.encoders[id]
 	c.mu.RUnlock()
@@ -169,7 +169,7 @@ func handlerEncoderKind(id runtime.Identifier) encoderKind {
 	return encoderUnknown
 }
 
-func (c *objectCodec) learned(id runtime.Identifier, k encoderKind) {
+func (c *Codec) learned(id runtime.Identifier, k encoderKind) {
 	c.mu.Lock()
 	c.encoders[id] = k
 	c.mu.Unlock()
@@ -177,12 +177,12 @@ func (c *objectCodec) learned(id runtime.Identifier, k encoderKind) {
 
 // rawFor reports whether the encoder id writes the cached bytes, learning
 // it from o if it is not known: encode is that encoder.
-func (c *objectCodec) rawFor(id runtime.Identifier, o *object, encode func(runtime.Object, io.Writer) error) bool {
+func (c *Codec) rawFor(id runtime.Identifier, o *Object, encode func(runtime.Object, io.Writer) error) bool {
 	switch c.kind(id) {
 	case encoderRaw:
 		return true
 	case encoderUnknown:
-		obj, err := o.decode()
+		obj, err := o.Decode()
 		if err != nil {
 			return false
 		}
@@ -197,9 +197,9 @@ func (c *objectCodec) rawFor(id runtime.Identifier, o *object, encode func(runti
 
 // compare learns whether the encoder id writes the cached bytes from what
 // it wrote for o, and reports it.
-func (c *objectCodec) compare(id runtime.Identifier, o *object, encoded []byte) bool {
+func (c *Codec) compare(id runtime.Identifier, o *Object, encoded []byte) bool {
 	k := encoderOther
-	if bytes.Equal(encoded, o.raw) {
+	if bytes.Equal(encoded, o.Raw) {
 		k = encoderRaw
 	}
 	c.learned(id, k)

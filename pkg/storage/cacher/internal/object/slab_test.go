@@ -1,4 +1,4 @@
-package cacher
+package object
 
 import (
 	"bytes"
@@ -11,25 +11,25 @@ import (
 // that nothing appends into a neighbour, side by side in slabs; large ones
 // stay where they are.
 func TestPackBytes(t *testing.T) {
-	var objs []*object
+	var objs []*Object
 	var want [][]byte
 	for i, n := range []int{100, 2000, 10_000, slabSize/4 + 1, 5, 16_000, 16_000, 16_000, 16_000} {
 		raw := []byte(strings.Repeat(string(rune('a'+i)), n))
-		objs = append(objs, &object{raw: raw})
+		objs = append(objs, &Object{Raw: raw})
 		want = append(want, bytes.Clone(raw))
 	}
-	large := objs[3].raw
-	packBytes(objs)
+	large := objs[3].Raw
+	PackBytes(objs)
 	for i, o := range objs {
-		if !bytes.Equal(o.raw, want[i]) || (i != 3 && cap(o.raw) != len(o.raw)) {
-			t.Errorf("object %d: %d bytes, capacity %d, equal %v", i, len(o.raw), cap(o.raw), bytes.Equal(o.raw, want[i]))
+		if !bytes.Equal(o.Raw, want[i]) || (i != 3 && cap(o.Raw) != len(o.Raw)) {
+			t.Errorf("object %d: %d bytes, capacity %d, equal %v", i, len(o.Raw), cap(o.Raw), bytes.Equal(o.Raw, want[i]))
 		}
 	}
-	if &objs[3].raw[0] != &large[0] {
+	if &objs[3].Raw[0] != &large[0] {
 		t.Error("an object above a quarter slab was moved")
 	}
 	next := func(i, j int) bool {
-		return unsafe.Add(unsafe.Pointer(&objs[i].raw[0]), len(objs[i].raw)) == unsafe.Pointer(&objs[j].raw[0])
+		return unsafe.Add(unsafe.Pointer(&objs[i].Raw[0]), len(objs[i].Raw)) == unsafe.Pointer(&objs[j].Raw[0])
 	}
 	// Side by side, past the large one too, until a slab is full:
 	// 12,105 + 3 × 16,000 bytes fit in 64 KiB, a fourth 16,000 does not.

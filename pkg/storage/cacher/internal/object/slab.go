@@ -1,10 +1,10 @@
-package cacher
+package object
 
 // slabSize is the most bytes of objects one slab holds: above Go's 32 KiB
 // small-object limit, so that a slab has a span of its own.
 const slabSize = 64 << 10
 
-// packBytes moves the bytes of a listed page's objects into slabs, side by
+// PackBytes moves the bytes of a listed page's objects into slabs, side by
 // side, each object's slice cut to its length.
 //
 // Go's heap never moves an object, and a span of one size class is free
@@ -18,10 +18,10 @@ const slabSize = 64 << 10
 // A slab is freed when none of its objects is held any more, by the store
 // or the history: an object that outlives every other of its slab keeps
 // the slab, at most slabSize, alive.
-func packBytes(objs []*object) {
+func PackBytes(objs []*Object) {
 	var slab []byte
 	for _, o := range objs {
-		n := len(o.raw)
+		n := len(o.Raw)
 		if n > slabSize/4 {
 			continue // large enough to lose little to rounding, and to have a span share of its own
 		}
@@ -29,7 +29,7 @@ func packBytes(objs []*object) {
 			slab = make([]byte, 0, slabSize)
 		}
 		at := len(slab)
-		slab = append(slab, o.raw...)
-		o.raw = slab[at : at+n : at+n]
+		slab = append(slab, o.Raw...)
+		o.Raw = slab[at : at+n : at+n]
 	}
 }

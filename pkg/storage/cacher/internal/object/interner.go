@@ -1,4 +1,4 @@
-package cacher
+package object
 
 import (
 	"encoding/binary"
@@ -38,7 +38,7 @@ func newInterner(budget int64) *interner {
 	return &interner{strings: map[string]string{}, labelSets: map[string]labels.Set{}, fieldSets: map[string][]string{}, budget: budget}
 }
 
-// labels returns the shared label set equal to l: a copy of l, with its
+// Labels returns the shared label set equal to l: a copy of l, with its
 // keys and values shared, if there is none yet.
 func (in *interner) labels(l labels.Set) labels.Set {
 	keys := make([]string, 0, len(l))
@@ -62,13 +62,13 @@ func (in *interner) labels(l labels.Set) labels.Set {
 	return shared
 }
 
-// fields returns f but the name and the trigger field, which the object
+// Fields returns f but the name and the trigger field, which the object
 // keeps apart, as sorted name and value pairs, shared with every object
 // that has the same; nil if there are none.
 func (in *interner) fields(f fields.Set, trigger string) []string {
 	names := make([]string, 0, len(f))
 	for name := range f {
-		if name != nameField && name != trigger {
+		if name != NameField && name != trigger {
 			names = append(names, name)
 		}
 	}

@@ -1,4 +1,4 @@
-package cacher
+package object
 
 import (
 	"bytes"
@@ -71,7 +71,7 @@ func TestEncodable(t *testing.T) {
 // fails if an encoder is handed the shared object.
 func TestCacheEncodeConcurrent(t *testing.T) {
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: map[string]string{"a": "b"}}}
-	co := newCachingObject(podObject(pod))
+	co := NewCaching(podObject(pod))
 	codec := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
 	const n = 8
 	out := make([]bytes.Buffer, n)

@@ -1,4 +1,4 @@
-package cacher
+package object
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/apis/example"
@@ -15,16 +14,15 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 )
 
-// newPodIngest returns a Cacher with only what newObject needs, for pods
-// under /pods/ with the trigger field spec.nodeName and a JSON codec, made
-// from scheme.
-func newPodIngest() *Cacher {
+// newPodIngest returns a Builder for pods under /pods/ with the trigger
+// field spec.nodeName and a JSON codec, made from scheme.
+func newPodIngest() *Builder {
 	return newIngest(codecs.LegacyCodec(examplev1.SchemeGroupVersion), scheme)
 }
 
-// newIngest is newPodIngest's with codec, and s as Config.Scheme.
-func newIngest(codec runtime.Codec, s *runtime.Scheme) *Cacher {
-	cfg := Config{
+// newIngest is newPodIngest's with codec, and s as its Scheme.
+func newIngest(codec runtime.Codec, s *runtime.Scheme) *Builder {
+	return NewBuilder(BuilderConfig{
 		Codec:        codec,
 		Scheme:       s,
 		KeyFunc:      func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) },
@@ -33,29 +31,28 @@ func newIngest(codec runtime.Codec, s *runtime.Scheme) *Cacher {
 		TriggerField: "spec.nodeName",
 		IndexerFuncs: storage.IndexerFuncs{"spec.nodeName": func(obj runtime.Object) string { return obj.(*example.Pod).Spec.NodeName }},
 		Versioner:    storage.APIObjectVersioner{},
-	}
-	return &Cacher{cfg: cfg, intern: newInterner(defaultInternBudget), codec: newObjectCodec(cfg.Codec, cfg.Scheme, cfg.NewFunc)}
+	})
 }
 
-// podIngest is the Cacher every test's hand-made pods are ingested by.
+// podIngest is the Builder every test's hand-made pods are ingested by.
 var podIngest = newPodIngest()
 
 // podObject returns pod as ingest keeps it, at /pods/<namespace>/<name>.
 // It panics if ingest fails, which the test's pod decides.
-func podObject(pod *example.Pod) *object {
-	o, err := podIngest.newObject(pod)
+func podObject(pod *example.Pod) *Object {
+	o, err := podIngest.Build(pod)
 	if err != nil {
 		panic(err)
 	}
 	return o
 }
 
-// decodedPod returns o's pod: o is a cached object, a cachingObject or a pod.
+// decodedPod returns o's pod: o is a cached object, a Caching or a pod.
 func decodedPod(t testing.TB, o runtime.Object) *example.Pod {
 	t.Helper()
-	if co, ok := o.(*cachingObject); ok {
+	if co, ok := o.(*Caching); ok {
 		o = co.GetObject()
-	} else if obj, ok := o.(*object); ok {
+	} else if obj, ok := o.(*Object); ok {
 		o = obj.DeepCopyObject()
 	}
 	pod, ok := o.(*example.Pod)
@@ -63,29 +60,6 @@ func decodedPod(t testing.TB, o runtime.Object) *example.Pod {
 		t.Fatalf("not a pod: %T", o)
 	}
 	return pod
-}
-
-// objectName returns the name of an object a watcher received: a cached
-// object's without decoding it, as a benchmark's consumer must not.
-func objectName(obj runtime.Object) string {
-	if co, ok := obj.(*cachingObject); ok {
-		return co.o.name
-	}
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		return ""
-	}
-	return m.GetName()
-}
-
-// metaOf returns what meta.Accessor finds of obj, failing the test if nothing.
-func metaOf(t testing.TB, obj runtime.Object) metav1.Object {
-	t.Helper()
-	m, err := meta.Accessor(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
 
 // TestObjectCodecLearnsEncoders: an encoder that writes an object's bytes
@@ -115,7 +89,7 @@ func TestObjectCodecLearnsEncoders(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newPodIngest()
-			o, err := c.newObject(pod)
+			o, err := c.Build(pod)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,21 +99,21 @@ func TestObjectCodecLearnsEncoders(t *testing.T) {
 			}
 			for i := range 2 {
 				var got bytes.Buffer
-				if err := newCachingObject(o).CacheEncode(tc.id, tc.encode, &got); err != nil {
+				if err := NewCaching(o).CacheEncode(tc.id, tc.encode, &got); err != nil {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(got.Bytes(), want.Bytes()) {
 					t.Fatalf("encoding %d: %s, want %s", i, got.Bytes(), want.Bytes())
 				}
 			}
-			if got := c.codec.kind(tc.id) == encoderRaw; got != tc.wantRaw {
+			if got := c.Codec().kind(tc.id) == encoderRaw; got != tc.wantRaw {
 				t.Errorf("learnt as writing the bytes: %v, want %v", got, tc.wantRaw)
 			}
 			if tc.wantRaw {
 				// Learnt, the bytes are the answer: the encoder is not asked.
 				var got bytes.Buffer
 				fail := func(runtime.Object, io.Writer) error { return fmt.Errorf("encoded") }
-				if err := newCachingObject(o).CacheEncode(tc.id, fail, &got); err != nil || !bytes.Equal(got.Bytes(), o.raw) {
+				if err := NewCaching(o).CacheEncode(tc.id, fail, &got); err != nil || !bytes.Equal(got.Bytes(), o.Raw) {
 					t.Errorf("after learning: %q, %v; want the bytes", got.Bytes(), err)
 				}
 			}
@@ -167,13 +141,13 @@ func TestTypeHeader(t *testing.T) {
 		`{"metadata":{}}`: 0,
 		"\n\x0a\x02v1":    0,
 	} {
-		if got := typeHeader([]byte(raw)); int(got) != want {
+		if got := TypeHeader([]byte(raw)); int(got) != want {
 			t.Errorf("typeHeader(%q) = %d, want %d", raw, got, want)
 		}
 	}
 }
 
-// TestDecodeWithScheme: with Config.Scheme the cache decodes its bytes as
+// TestDecodeWithScheme: with BuilderConfig.Scheme the cache decodes its bytes as
 // the storage's codec does, for JSON with a type header, and leaves other
 // bytes (protobuf here) to the codec.
 func TestDecodeWithScheme(t *testing.T) {
@@ -196,18 +170,18 @@ func TestDecodeWithScheme(t *testing.T) {
 				t.Fatalf("decoder made: %v with the scheme, %v without", withScheme.codec.decoder != nil, codecOnly.codec.decoder != nil)
 			}
 			for _, pod := range []*example.Pod{owned, plain} {
-				o, err := withScheme.newObject(pod)
+				o, err := withScheme.Build(pod)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if json := tc.name == "json"; (o.head > 0) != json {
-					t.Fatalf("%s: header %d; want one: %v", pod.Name, o.head, json)
+				if json := tc.name == "json"; (o.Head > 0) != json {
+					t.Fatalf("%s: header %d; want one: %v", pod.Name, o.Head, json)
 				}
-				fast, err := o.decode()
+				fast, err := o.Decode()
 				if err != nil {
 					t.Fatal(err)
 				}
-				slow, _, err := tc.codec.Decode(o.raw, nil, &example.Pod{})
+				slow, _, err := tc.codec.Decode(o.Raw, nil, &example.Pod{})
 				if err != nil {
 					t.Fatal(err)
 				}

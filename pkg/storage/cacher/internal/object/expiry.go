@@ -1,4 +1,4 @@
-package cacher
+package object
 
 import (
 	"sync"
@@ -8,7 +8,7 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// encodingExpiry forgets the cachingObjects cached objects keep, with their
+// Expiry forgets the Cachings cached objects keep, with their
 // encodings, once no sender has asked for them for ttl. Encode-once matters
 // while an event or watch-lists' initial states are being sent to many
 // watchers, which takes seconds, or, for watch-lists taking turns over
@@ -17,10 +17,10 @@ import (
 // ever sent, for good. Upstream keeps an event's encodings only while it is
 // dispatched.
 //
-// A cachingObject is checked ttl after it was made, and then every ttl
+// A Caching is checked ttl after it was made, and then every ttl
 // while it is used: it goes at the first check that finds a whole ttl
 // without a send, between one and two ttls after its last.
-type encodingExpiry struct {
+type Expiry struct {
 	ttl   time.Duration
 	clock clock.PassiveClock
 	// now is the time of the last expire, in Unix nanoseconds: what touch
@@ -29,24 +29,24 @@ type encodingExpiry struct {
 
 	// mu guards queue.
 	mu sync.Mutex
-	// queue holds cachingObjects in the order of their at.
+	// queue holds Cachings in the order of their at.
 	queue []expiring
 }
 
-// expiring is a cachingObject checked for use ttl after at.
+// expiring is a Caching checked for use ttl after at.
 type expiring struct {
-	o  *cachingObject
+	o  *Caching
 	at time.Time
 }
 
-func newEncodingExpiry(ttl time.Duration, clk clock.PassiveClock) *encodingExpiry {
-	x := &encodingExpiry{ttl: ttl, clock: clk}
+func NewExpiry(ttl time.Duration, clk clock.PassiveClock) *Expiry {
+	x := &Expiry{ttl: ttl, clock: clk}
 	x.now.Store(clk.Now().UnixNano())
 	return x
 }
 
 // touch records that o is being sent, which keeps its encodings another ttl.
-func (x *encodingExpiry) touch(o *cachingObject) {
+func (x *Expiry) touch(o *Caching) {
 	// Loads first: many senders touch one object, and a store per send
 	// would bounce its cache line between them.
 	if now := x.now.Load(); o.used.Load() < now {
@@ -55,17 +55,17 @@ func (x *encodingExpiry) touch(o *cachingObject) {
 }
 
 // add records that o was made now.
-func (x *encodingExpiry) add(o *cachingObject) {
+func (x *Expiry) add(o *Caching) {
 	now := x.clock.Now()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.queue = append(x.queue, expiring{o: o, at: now})
 }
 
-// expire drops every cachingObject that was checked in at least ttl ago
+// Expire drops every Caching that was checked in at least ttl ago
 // and not touched since, queues the touched ones again from now, and
 // returns how many it dropped.
-func (x *encodingExpiry) expire() int {
+func (x *Expiry) Expire() int {
 	now := x.clock.Now()
 	nowNano := now.UnixNano()
 	x.now.Store(nowNano)
@@ -74,7 +74,7 @@ func (x *encodingExpiry) expire() int {
 	for i < len(x.queue) && now.Sub(x.queue[i].at) >= x.ttl {
 		i++
 	}
-	var due []*cachingObject
+	var due []*Caching
 	for _, e := range x.queue[:i] {
 		if nowNano-e.o.used.Load() < int64(x.ttl) {
 			// Appended at now, after every entry: the queue stays in order.
@@ -94,8 +94,8 @@ func (x *encodingExpiry) expire() int {
 	return len(due)
 }
 
-// len returns how many cachingObjects will expire.
-func (x *encodingExpiry) len() int {
+// Len returns how many Cachings will expire.
+func (x *Expiry) Len() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return len(x.queue)

@@ -1,4 +1,4 @@
-package cacher
+package object
 
 import (
 	"bytes"
@@ -16,91 +16,91 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
-// object is one cached object version: its encoded bytes and what
+// Object is one cached object version: its encoded bytes and what
 // selectors need, computed once at ingest. No decoded Go object is kept;
-// what needs one decodes the bytes (decode). Objects are immutable once
+// what needs one decodes the bytes (Decode). Objects are immutable once
 // built, but for co, and shared by the store, snapshots, the event log and
-// every watcher. What else selectors and watchers see of it, the presenter
+// every watcher. What else selectors and watchers see of it, the cache
 // makes when they need it.
 //
-// An object is also what a SharingList receives as an item: a
+// An Object is also what a SharingList receives as an item: a
 // runtime.Object whose DeepCopyObject is the decoded object, and whose
 // ListItem gives its bytes to a list.
-type object struct {
-	key string
-	// name is the object's metadata.name: a substring of key when key ends
+type Object struct {
+	Key string
+	// Name is the object's metadata.Name: a substring of key when key ends
 	// in it, as the registry's keys do.
-	name string
-	// raw is the object at its storage version, as Config.Codec encodes it,
+	Name string
+	// Raw is the object at its storage version, as BuilderConfig.Codec encodes it,
 	// resourceVersion set: the bytes a compact JSON response at that
 	// version holds (codec.rawFor tells which responses those are).
-	raw []byte
-	// head is the length of raw's type header, {"kind":…,"apiVersion":…,
+	Raw []byte
+	// Head is the length of raw's type header, {"kind":…,"apiVersion":…,
 	// which an item of a list does not have; 0 if raw has none.
-	head uint16
-	// codec decodes raw and knows which encoders write it.
-	codec *objectCodec
-	// co is the object's cachingObject while it was sent recently (presenter.caching).
-	co     atomic.Pointer[cachingObject]
-	labels labels.Set
-	// fields are the selectable fields other than the name and the trigger
+	Head uint16
+	// Codec decodes raw and knows which encoders write it.
+	Codec *Codec
+	// co is the object's Caching while it was sent recently (Object.Caching).
+	co     atomic.Pointer[Caching]
+	Labels labels.Set
+	// Fields are the selectable Fields other than the name and the trigger
 	// field, as name and value pairs, shared between objects that have the
-	// same (see interner.fields).
-	fields []string
-	// indexed are the values of Config.Indexers other than the trigger's,
-	// in the order of objectCodec.indexers; nil without such indexers.
-	indexed [][]string
-	rv      uint64
-	// trigger is the value of Config.TriggerField, if any.
-	trigger string
-	// hashes are the shard hashes of the object's UID and namespace.
-	hashes shard.Hashes
+	// same (see interner.Fields).
+	Fields []string
+	// Indexed are the values of BuilderConfig.Indexers other than the trigger's,
+	// in the order of Builder.IndexFuncs; nil without such indexers.
+	Indexed [][]string
+	RV      uint64
+	// Trigger is the value of BuilderConfig.TriggerField, if any.
+	Trigger string
+	// Hashes are the shard Hashes of the object's UID and namespace.
+	Hashes shard.Hashes
 }
 
 // objectOverhead is what an object holds beyond its bytes, for the
 // history budget: this struct, its key, its store and log entries.
 const objectOverhead = 300
 
-// size is what the object holds, for the history budget.
-func (o *object) size() int64 { return int64(cap(o.raw)) + objectOverhead }
+// Size is what the object holds, for the history budget.
+func (o *Object) Size() int64 { return int64(cap(o.Raw)) + objectOverhead }
 
-// decode returns a new decoded copy of the object, which the caller owns.
-func (o *object) decode() (runtime.Object, error) {
-	obj := o.codec.newFunc()
-	if err := o.decodeInto(obj); err != nil {
+// Decode returns a new decoded copy of the object, which the caller owns.
+func (o *Object) Decode() (runtime.Object, error) {
+	obj := o.Codec.newFunc()
+	if err := o.DecodeInto(obj); err != nil {
 		return nil, err
 	}
 	return obj, nil
 }
 
-// decodeInto decodes the object into into, an object of NewFunc's type.
-func (o *object) decodeInto(into runtime.Object) error {
-	out, err := o.codec.decode(o, into)
+// DecodeInto decodes the object into into, an object of NewFunc's type.
+func (o *Object) DecodeInto(into runtime.Object) error {
+	out, err := o.Codec.decode(o, into)
 	switch {
 	case err != nil:
-		return fmt.Errorf("decoding the cached %s: %w", o.key, err)
+		return fmt.Errorf("decoding the cached %s: %w", o.Key, err)
 	case out != into:
-		return fmt.Errorf("decoding the cached %s: got %T, not %T", o.key, out, into)
+		return fmt.Errorf("decoding the cached %s: got %T, not %T", o.Key, out, into)
 	}
 	return nil
 }
 
-// at returns the object with its resourceVersion set to rv: what a
-// watcher that the change at rv moved out of its selector is sent.
-func (o *object) at(v storage.Versioner, rv uint64) (*object, error) {
-	obj, err := o.decode()
+// At returns the object with its resourceVersion set to rv: what a
+// watcher that the change At rv moved out of its selector is sent.
+func (o *Object) At(v storage.Versioner, rv uint64) (*Object, error) {
+	obj, err := o.Decode()
 	if err != nil {
 		return nil, err
 	}
 	if err := v.UpdateObject(obj, rv); err != nil {
 		return nil, err
 	}
-	raw, err := o.codec.encode(obj)
+	raw, err := o.Codec.Encode(obj)
 	if err != nil {
 		return nil, err
 	}
-	return &object{key: o.key, name: o.name, raw: raw, head: typeHeader(raw), codec: o.codec, labels: o.labels,
-		fields: o.fields, indexed: o.indexed, rv: rv, trigger: o.trigger, hashes: o.hashes}, nil
+	return &Object{Key: o.Key, Name: o.Name, Raw: raw, Head: TypeHeader(raw), Codec: o.Codec, Labels: o.Labels,
+		Fields: o.Fields, Indexed: o.Indexed, RV: rv, Trigger: o.Trigger, Hashes: o.Hashes}, nil
 }
 
 // ListItem returns the object as the items of a list encoded by encode,
@@ -109,24 +109,24 @@ func (o *object) at(v storage.Versioner, rv uint64) (*object, error) {
 // and their final newline, when that encoder writes the object's bytes,
 // compact JSON at the storage version. ok is false for any other encoder,
 // and the caller encodes a decoded copy (DeepCopyObject).
-func (o *object) ListItem(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (open, rest []byte, ok bool) {
-	if o.head == 0 || !o.codec.rawFor(id, o, encode) {
+func (o *Object) ListItem(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (open, rest []byte, ok bool) {
+	if o.Head == 0 || !o.Codec.rawFor(id, o, encode) {
 		return nil, nil, false
 	}
-	return openBrace, bytes.TrimSuffix(o.raw[o.head:], []byte("\n")), true
+	return openBrace, bytes.TrimSuffix(o.Raw[o.Head:], []byte("\n")), true
 }
 
 var openBrace = []byte("{")
 
 // GetObjectKind implements runtime.Object: a cached object's kind is not
 // held, as a list's items in a typed list do not hold theirs.
-func (o *object) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (o *Object) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // DeepCopyObject implements runtime.Object: it returns the decoded object,
 // which the caller owns. An object that cannot be decoded, which ingest
 // never keeps, returns nil.
-func (o *object) DeepCopyObject() runtime.Object {
-	obj, err := o.decode()
+func (o *Object) DeepCopyObject() runtime.Object {
+	obj, err := o.Decode()
 	if err != nil {
 		return nil
 	}
@@ -136,7 +136,7 @@ func (o *object) DeepCopyObject() runtime.Object {
 // GetObjectMeta implements metav1.ObjectMetaAccessor, for meta.Accessor:
 // the metadata of a decoded copy. An object that cannot be decoded, which
 // ingest never keeps, has empty metadata.
-func (o *object) GetObjectMeta() metav1.Object { return metadataOf(o.DeepCopyObject()) }
+func (o *Object) GetObjectMeta() metav1.Object { return metadataOf(o.DeepCopyObject()) }
 
 // metadataOf returns obj's metadata; empty metadata if it has none, or if
 // obj is nil because it could not be decoded.
@@ -147,10 +147,10 @@ func metadataOf(obj runtime.Object) metav1.Object {
 	return &metav1.ObjectMeta{}
 }
 
-// typeHeader returns the length of raw's type header: the JSON a
+// TypeHeader returns the length of raw's type header: the JSON a
 // serializer writes for an object's TypeMeta, which comes first, as in
 // every Kubernetes type; 0 if raw does not begin with one.
-func typeHeader(raw []byte) uint16 {
+func TypeHeader(raw []byte) uint16 {
 	_, _, n := parseTypeHeader(raw)
 	return n
 }
@@ -191,3 +191,7 @@ func cutString(b []byte) (s, rest []byte, ok bool) {
 	}
 	return b[:i], b[i+1:], true
 }
+
+// NameField is the field the registry's single-object watches select on,
+// which an object keeps as Name.
+const NameField = "metadata.name"

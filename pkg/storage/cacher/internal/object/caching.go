@@ -1,4 +1,4 @@
-package cacher
+package object
 
 import (
 	"bytes"
@@ -12,24 +12,24 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// cachingObject is a cached object as watchers are sent it: each encoding
+// Caching is a cached object as watchers are sent it: each encoding
 // of it is computed once, however many watchers receive it. The generic
 // HTTP handlers recognise runtime.CacheableObject and call CacheEncode with
 // an identifier per (serializer, version, event type). An encoder that
-// writes the object's bytes (objectCodec) gets them; any other encodes a
-// copy decoded once, which the cachingObject keeps while it lives.
+// writes the object's bytes (Codec) gets them; any other encodes a
+// copy decoded once, which the Caching keeps while it lives.
 //
 // Like objects from a client-go informer, it is shared and read-only: a
 // consumer that wants to change it calls GetObject for a private copy. Its
 // metadata is read through meta.Accessor (GetObjectMeta), which decodes.
-type cachingObject struct {
-	o *object
+type Caching struct {
+	o *Object
 
 	// slot, if set, is the cached object's reference to this one, which
 	// expire clears.
-	slot *atomic.Pointer[cachingObject]
+	slot *atomic.Pointer[Caching]
 	// used is when a sender last asked for o, in Unix nanoseconds, as
-	// encodingExpiry.touch records it.
+	// Expiry.touch records it.
 	used atomic.Int64
 
 	// decodeOnce makes decoded, the object decoded for the encoders that
@@ -51,11 +51,33 @@ type encoding struct {
 }
 
 var (
-	_ runtime.CacheableObject   = &cachingObject{}
-	_ metav1.ObjectMetaAccessor = &cachingObject{}
+	_ runtime.CacheableObject   = &Caching{}
+	_ metav1.ObjectMetaAccessor = &Caching{}
 )
 
-func newCachingObject(o *object) *cachingObject { return &cachingObject{o: o} }
+func NewCaching(o *Object) *Caching { return &Caching{o: o} }
+
+// Caching returns o's Caching, making it if o has none: every sender
+// until x's TTL passes unused shares one, and so one encoding per
+// serializer. A nil x keeps it while o is current.
+func (o *Object) Caching(x *Expiry) *Caching {
+	for {
+		if co := o.co.Load(); co != nil {
+			if x != nil {
+				x.touch(co)
+			}
+			return co
+		}
+		co := NewCaching(o)
+		co.slot = &o.co
+		if o.co.CompareAndSwap(nil, co) {
+			if x != nil {
+				x.add(co)
+			}
+			return co
+		}
+	}
+}
 
 // scratch holds the buffers encodings are written into before they are
 // copied to their length. Each encoding of a watch-list's objects, a
@@ -94,11 +116,11 @@ func encodable(obj runtime.Object) runtime.Object {
 }
 
 // CacheEncode implements runtime.CacheableObject.
-func (co *cachingObject) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
-	kind := co.o.codec.kind(id)
+func (co *Caching) CacheEncode(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
+	kind := co.o.Codec.kind(id)
 	switch kind {
 	case encoderRaw:
-		_, err := w.Write(co.o.raw)
+		_, err := w.Write(co.o.Raw)
 		return err
 	case encoderWatchUncached:
 		return encode(co, w)
@@ -120,7 +142,7 @@ func (co *cachingObject) CacheEncode(id runtime.Identifier, encode func(runtime.
 		} else if obj, err := co.object(); err != nil {
 			e.err = err
 		} else if e.err = encode(encodable(obj), buf); e.err == nil && kind == encoderUnknown {
-			co.o.codec.compare(id, co.o, buf.Bytes())
+			co.o.Codec.compare(id, co.o, buf.Bytes())
 		}
 		// A copy of the length, without the buffer's spare capacity.
 		e.raw = bytes.Clone(buf.Bytes())
@@ -136,12 +158,12 @@ func (co *cachingObject) CacheEncode(id runtime.Identifier, encode func(runtime.
 }
 
 // object returns the decoded object the encoders share.
-func (co *cachingObject) object() (runtime.Object, error) {
-	co.decodeOnce.Do(func() { co.decoded, co.decodeErr = co.o.decode() })
+func (co *Caching) object() (runtime.Object, error) {
+	co.decodeOnce.Do(func() { co.decoded, co.decodeErr = co.o.Decode() })
 	return co.decoded, co.decodeErr
 }
 
-func (co *cachingObject) encoding(id runtime.Identifier) *encoding {
+func (co *Caching) encoding(id runtime.Identifier) *encoding {
 	co.mu.RLock()
 	e, ok := co.encodings[id]
 	co.mu.RUnlock()
@@ -163,7 +185,7 @@ func (co *cachingObject) encoding(id runtime.Identifier) *encoding {
 // expire forgets every encoding, and detaches co from its cached object, so
 // that the next sender makes a new one. An encoding in progress completes
 // for its callers; a sender that still holds co encodes again.
-func (co *cachingObject) expire() {
+func (co *Caching) expire() {
 	co.mu.Lock()
 	co.encodings = nil
 	co.mu.Unlock()
@@ -174,18 +196,21 @@ func (co *cachingObject) expire() {
 
 // GetObject implements runtime.CacheableObject: the caller owns the copy.
 // An object that cannot be decoded, which ingest never keeps, is nil.
-func (co *cachingObject) GetObject() runtime.Object { return co.o.DeepCopyObject() }
+func (co *Caching) GetObject() runtime.Object { return co.o.DeepCopyObject() }
 
 // GetObjectMeta implements metav1.ObjectMetaAccessor, read-only.
-func (co *cachingObject) GetObjectMeta() metav1.Object {
+func (co *Caching) GetObjectMeta() metav1.Object {
 	obj, _ := co.object()
 	return metadataOf(obj)
 }
 
 // GetObjectKind implements runtime.Object. A cached object's kind is not
 // held (object.GetObjectKind).
-func (co *cachingObject) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (co *Caching) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
-// DeepCopyObject implements runtime.Object: a cachingObject of the same
+// DeepCopyObject implements runtime.Object: a Caching of the same
 // cached object, whose encodings and decoded copy are its own.
-func (co *cachingObject) DeepCopyObject() runtime.Object { return newCachingObject(co.o) }
+func (co *Caching) DeepCopyObject() runtime.Object { return NewCaching(co.o) }
+
+// Cached returns the cached object co sends.
+func (co *Caching) Cached() *Object { return co.o }

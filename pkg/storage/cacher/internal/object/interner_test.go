@@ -1,4 +1,4 @@
-package cacher
+package object
 
 import (
 	"maps"

@@ -1,0 +1,150 @@
+package object
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
+)
+
+// BuilderConfig is what a Builder needs to know of the resource.
+type BuilderConfig struct {
+	// Codec encodes an object at its storage version; Scheme, if set, is
+	// the scheme its serializer was made from; NewFunc returns an empty
+	// object (Config has the details).
+	Codec   runtime.Codec
+	Scheme  *runtime.Scheme
+	NewFunc func() runtime.Object
+	// KeyFunc, GetAttrsFunc and Versioner read an object's key, labels and
+	// fields, and resourceVersion.
+	KeyFunc      func(runtime.Object) (string, error)
+	GetAttrsFunc storage.AttrFunc
+	Versioner    storage.Versioner
+	// TriggerField names the IndexerFuncs entry an object keeps the value
+	// of, for the watcher index; "" for none.
+	TriggerField string
+	IndexerFuncs storage.IndexerFuncs
+	// Indexers are the indexes lists with selectors use; an object keeps
+	// their values, but the trigger field's, which it keeps already.
+	Indexers *cache.Indexers
+}
+
+// Builder makes the cached version of an object: its bytes and what
+// selectors need, with equal label sets and fields shared between the
+// objects it makes.
+type Builder struct {
+	cfg    BuilderConfig
+	codec  *Codec
+	intern *interner
+	// indexers are BuilderConfig.Indexers other than the trigger field's, whose
+	// values each object keeps, by name in Object.Indexed's order.
+	indexers []namedIndexer
+}
+
+// NewBuilder returns a Builder for cfg.
+func NewBuilder(cfg BuilderConfig) *Builder {
+	return &Builder{cfg: cfg, codec: newCodec(cfg.Codec, cfg.Scheme, cfg.NewFunc), intern: newInterner(defaultInternBudget),
+		indexers: extraIndexers(cfg)}
+}
+
+// Codec returns the codec of the objects b makes.
+func (b *Builder) Codec() *Codec { return b.codec }
+
+// Build computes what the cache keeps for obj: its bytes and what
+// selectors need. obj is not kept.
+func (b *Builder) Build(obj runtime.Object) (*Object, error) {
+	key, err := b.cfg.KeyFunc(obj)
+	if err != nil {
+		return nil, fmt.Errorf("key of %T: %w", obj, err)
+	}
+	l, f, err := b.cfg.GetAttrsFunc(obj)
+	if err != nil {
+		return nil, fmt.Errorf("attributes of %s: %w", key, err)
+	}
+	rv, err := b.cfg.Versioner.ObjectResourceVersion(obj)
+	if err != nil {
+		return nil, fmt.Errorf("resourceVersion of %s: %w", key, err)
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", key, err)
+	}
+	raw, err := b.codec.Encode(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s: %w", key, err)
+	}
+	o := &Object{Key: key, Name: nameIn(key, m.GetName()), Raw: raw, Head: TypeHeader(raw), Codec: b.codec, RV: rv}
+	if len(l) > 0 {
+		o.Labels = b.intern.labels(l)
+	}
+	if b.cfg.TriggerField != "" {
+		o.Trigger = b.cfg.IndexerFuncs[b.cfg.TriggerField](obj)
+	}
+	o.Fields = b.intern.fields(f, b.cfg.TriggerField)
+	o.Hashes[shard.ByUID] = shard.Hash(string(m.GetUID()))
+	o.Hashes[shard.ByNamespace] = shard.Hash(m.GetNamespace())
+	if len(b.indexers) > 0 {
+		o.Indexed = make([][]string, len(b.indexers))
+		for i, ix := range b.indexers {
+			values, err := ix.fn(obj)
+			if err != nil {
+				klog.ErrorS(err, "Indexer failed", "index", ix.name, "key", key)
+			}
+			o.Indexed[i] = values
+		}
+	}
+	return o, nil
+}
+
+// nameIn returns name, as the substring of key that ends it if there is
+// one, so that the object keeps no second copy.
+func nameIn(key, name string) string {
+	if strings.HasSuffix(key, "/"+name) {
+		return key[len(key)-len(name):]
+	}
+	return name
+}
+
+// namedIndexer is one of BuilderConfig.Indexers.
+type namedIndexer struct {
+	name string
+	fn   cache.IndexFunc
+}
+
+// extraIndexers returns cfg.Indexers but the trigger field's, in a fixed
+// order: the trigger function and the indexer give the same values, and
+// the object keeps the trigger's.
+func extraIndexers(cfg BuilderConfig) []namedIndexer {
+	var out []namedIndexer
+	if cfg.Indexers == nil {
+		return nil
+	}
+	for name, fn := range *cfg.Indexers {
+		if cfg.TriggerField != "" && name == storage.FieldIndex(cfg.TriggerField) {
+			continue
+		}
+		out = append(out, namedIndexer{name: name, fn: fn})
+	}
+	slices.SortFunc(out, func(a, b namedIndexer) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// IndexFuncs returns the index functions of the objects b makes: by the
+// indexers' names, and the trigger field's index.
+func (b *Builder) IndexFuncs() map[string]func(*Object) []string {
+	fns := map[string]func(*Object) []string{}
+	for i, ix := range b.indexers {
+		fns[ix.name] = func(o *Object) []string { return o.Indexed[i] }
+	}
+	if b.cfg.TriggerField != "" {
+		fns[storage.FieldIndex(b.cfg.TriggerField)] = func(o *Object) []string { return []string{o.Trigger} }
+	}
+	return fns
+}

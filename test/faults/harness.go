@@ -265,15 +265,17 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 		r.server = impl + " (" + injected + " injected)"
 	}
 	e := setUp(t, sc, impl, injected)
+	// The truth begins before the first write, so that it can tell the
+	// state at any resourceVersion a list of the server's may carry.
 	var err error
+	if e.truth, err = startTruth(ctx, e.cluster.truthClient); err != nil {
+		t.Fatal(err)
+	}
 	e.writer = newWriter(e.client, 1)
 	if err := e.writer.populate(ctx, populated); err != nil {
 		t.Fatalf("populating: %v", err)
 	}
 	e.oldRV = e.writer.acked.Load()
-	if e.truth, err = startTruth(ctx, e.cluster.truthClient); err != nil {
-		t.Fatal(err)
-	}
 
 	// Clients: streams, informers, the lister.
 	clientCtx, stopClients := context.WithCancel(ctx)

@@ -3,6 +3,7 @@ package faults
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/watch"
 )
@@ -155,39 +156,84 @@ func validateList(t *truth, l listResult) violations {
 	if l.consistent && l.rv < l.minRV {
 		v.note(&v.lists, "%s: consistent list at %d, older than a write acknowledged at %d before it", l.who, l.rv, l.minRV)
 	}
+	if l.rv < t.start {
+		// The truth begins at its start: it cannot tell a state before it.
+		// It starts before the scenario's first write, so only a list
+		// served before any of them lands here.
+		v.note(&v.lists, "%s: list at %d, before the truth began at %d: cannot be checked", l.who, l.rv, t.start)
+		return v
+	}
 	want := map[string]int64{}
 	for k, o := range t.stateAt(l.rv) {
 		if m.matches(o) {
 			want[k] = o.rv
 		}
 	}
-	if d := diffItems(want, l.items); d != "" {
-		v.note(&v.lists, "%s: list at %d differs from etcd: %s", l.who, l.rv, d)
+	if d, keys := itemDiffs(want, l.items); d != "" {
+		v.note(&v.lists, "%s: list at %d differs from etcd: %s; in etcd, %s", l.who, l.rv, d, t.keyHistory(keys))
 	}
 	return v
 }
 
+// keyHistory describes what the truth holds of keys: each one's state when
+// it began and its changes since, for a violation's reader.
+func (t *truth) keyHistory(keys []string) string {
+	events, _ := t.history()
+	var out []string
+	for _, k := range keys {
+		h := "absent"
+		if o, ok := t.initial[k]; ok {
+			h = fmt.Sprintf("@%d", o.rv)
+		}
+		h = fmt.Sprintf("%s: %s at %d", k, h, t.start)
+		for _, e := range events {
+			switch {
+			case e.key != k:
+			case e.cur == nil:
+				h += fmt.Sprintf(", deleted at %d", e.rv)
+			default:
+				h += fmt.Sprintf(", written at %d", e.rv)
+			}
+		}
+		out = append(out, h)
+	}
+	return strings.Join(out, "; ")
+}
+
 // diffItems describes the first differences between two key → resourceVersion maps.
 func diffItems(want, got map[string]int64) string {
-	var diffs []string
+	d, _ := itemDiffs(want, got)
+	return d
+}
+
+// itemDiffs is diffItems, and the keys it names.
+func itemDiffs(want, got map[string]int64) (string, []string) {
+	type diff struct{ key, text string }
+	var diffs []diff
 	for k, rv := range want {
 		if g, ok := got[k]; !ok {
-			diffs = append(diffs, fmt.Sprintf("missing %s@%d", k, rv))
+			diffs = append(diffs, diff{k, fmt.Sprintf("missing %s@%d", k, rv)})
 		} else if g != rv {
-			diffs = append(diffs, fmt.Sprintf("%s@%d, want @%d", k, g, rv))
+			diffs = append(diffs, diff{k, fmt.Sprintf("%s@%d, want @%d", k, g, rv)})
 		}
 	}
 	for k, rv := range got {
 		if _, ok := want[k]; !ok {
-			diffs = append(diffs, fmt.Sprintf("extra %s@%d", k, rv))
+			diffs = append(diffs, diff{k, fmt.Sprintf("extra %s@%d", k, rv)})
 		}
 	}
 	if len(diffs) == 0 {
-		return ""
+		return "", nil
 	}
-	sort.Strings(diffs)
-	if len(diffs) > 3 {
-		diffs = append(diffs[:3], fmt.Sprintf("and %d more", len(diffs)-3))
+	sort.Slice(diffs, func(i, j int) bool { return diffs[i].text < diffs[j].text })
+	more := len(diffs) - 3
+	diffs = diffs[:min(len(diffs), 3)]
+	var texts, keys []string
+	for _, d := range diffs {
+		texts, keys = append(texts, d.text), append(keys, d.key)
 	}
-	return fmt.Sprint(diffs)
+	if more > 0 {
+		texts = append(texts, fmt.Sprintf("and %d more", more))
+	}
+	return fmt.Sprint(texts), keys
 }

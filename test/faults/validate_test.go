@@ -88,9 +88,10 @@ func TestValidateSegment(t *testing.T) {
 func TestValidateList(t *testing.T) {
 	tr := &truth{initial: map[string]*objState{}, events: testHistory()}
 	tests := []struct {
-		name string
-		list listResult
-		want int
+		name       string
+		truthStart int64
+		list       listResult
+		want       int
 	}{
 		{name: "equal at its resourceVersion", list: listResult{rv: 4, items: map[string]int64{"ns/a": 4, "ns/b": 3}}},
 		{name: "selected", list: listResult{rv: 3, sel: selector{label: "tier=gold"}, items: map[string]int64{"ns/a": 2}}},
@@ -99,9 +100,12 @@ func TestValidateList(t *testing.T) {
 		{name: "deleted item", list: listResult{rv: 6, items: map[string]int64{"ns/a": 4, "ns/b": 5}}, want: 1},
 		{name: "consistent but older than an acknowledged write", list: listResult{rv: 3, items: map[string]int64{"ns/a": 2, "ns/b": 3},
 			consistent: true, minRV: 4}, want: 1},
+		// The truth below begins at 0; this one at 5 cannot tell the state at 4.
+		{name: "before the truth began", truthStart: 5, list: listResult{rv: 4, items: map[string]int64{"ns/a": 4, "ns/b": 3}}, want: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			tr.start = tc.truthStart
 			if got := validateList(tr, tc.list).lists; got != tc.want {
 				t.Errorf("list violations = %d, want %d", got, tc.want)
 			}

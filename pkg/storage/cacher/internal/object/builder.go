@@ -18,7 +18,7 @@ import (
 type BuilderConfig struct {
 	// Codec encodes an object at its storage version; Scheme, if set, is
 	// the scheme its serializer was made from; NewFunc returns an empty
-	// object (Config has the details).
+	// object (the cache's Config documents each).
 	Codec   runtime.Codec
 	Scheme  *runtime.Scheme
 	NewFunc func() runtime.Object

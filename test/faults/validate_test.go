@@ -2,6 +2,7 @@ package faults
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/watch"
@@ -110,5 +111,17 @@ func TestValidateList(t *testing.T) {
 				t.Errorf("list violations = %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestListViolationNamesHistory checks that a list that differs from etcd
+// says what etcd's history holds of the keys that differ, so that a
+// violation found once can be explained from the log alone.
+func TestListViolationNamesHistory(t *testing.T) {
+	tr := &truth{initial: map[string]*objState{}, events: testHistory()}
+	v := validateList(tr, listResult{who: "lister", rv: 6, items: map[string]int64{"ns/a": 4, "ns/b": 5}})
+	want := "extra ns/a@4]; in etcd, ns/a: absent at 0, written at 2, written at 4, deleted at 6"
+	if len(v.details) != 1 || !strings.Contains(v.details[0], want) {
+		t.Fatalf("violation %q, want it to contain %q", v.details, want)
 	}
 }

@@ -35,6 +35,8 @@ var builds struct {
 	mu    sync.Mutex
 	dir   string
 	paths map[Target]string
+	// tools holds each hack/ script BuildTool ran, and its error.
+	tools map[string]error
 }
 
 // Build compiles each target once per test process and returns their
@@ -69,6 +71,35 @@ func Build(tb testing.TB, targets ...Target) []string {
 		builds.paths[t], paths[i] = out, out
 	}
 	return paths
+}
+
+// BuildTool runs the module's hack/<script> once per test process and
+// returns bin/<name>: the tools with modules of their own (kube-apiserver,
+// kubectl), which their scripts build there, reusing a binary that is up
+// to date (make test builds them before the tests). A tool that cannot be
+// built fails the test; it is never skipped.
+func BuildTool(tb testing.TB, script, name string) string {
+	tb.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	builds.mu.Lock()
+	defer builds.mu.Unlock()
+	if builds.tools == nil {
+		builds.tools = map[string]error{}
+	}
+	err, ran := builds.tools[script]
+	if !ran {
+		if out, runErr := exec.Command(filepath.Join(root, "hack", script)).CombinedOutput(); runErr != nil {
+			err = fmt.Errorf("hack/%s: %v\n%s", script, runErr, out)
+		}
+		builds.tools[script] = err
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return filepath.Join(root, "bin", name)
 }
 
 // RemoveBuilds deletes what Build made (a few hundred MB); TestMain calls

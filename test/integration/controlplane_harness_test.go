@@ -113,7 +113,7 @@ func controlPlaneWait() time.Duration {
 // and OpenAPI. namespaces are created first, for the tests' objects.
 func startControlPlane(t *testing.T, namespaces ...string) *controlPlane {
 	t.Helper()
-	bin := buildTool(t, "build-kube-apiserver.sh", "kube-apiserver")
+	bin := testkit.BuildTool(t, "build-kube-apiserver.sh", "kube-apiserver")
 	cp := &controlPlane{dir: t.TempDir()}
 	dir := cp.dir
 	var err error

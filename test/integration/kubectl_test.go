@@ -4,14 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 )
 
 // kubectl runs bin/kubectl, built from k8s.io/kubectl by hack/build-kubectl.sh.
@@ -24,45 +24,12 @@ type kubectl struct {
 
 func newKubectl(t *testing.T, s *testServer) kubectl {
 	t.Helper()
-	return kubectl{bin: buildTool(t, "build-kubectl.sh", "kubectl"), kubeconfig: s.Kubeconfig, cacheDir: t.TempDir()}
+	return kubectl{bin: testkit.BuildTool(t, "build-kubectl.sh", "kubectl"), kubeconfig: s.Kubeconfig, cacheDir: t.TempDir()}
 }
 
 // command is a kubectl command line with args.
 func (k kubectl) command(ctx context.Context, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, k.bin, append([]string{"--kubeconfig", k.kubeconfig, "--cache-dir", k.cacheDir}, args...)...)
-}
-
-// toolBuild is one hack/ build script's run.
-type toolBuild struct {
-	once sync.Once
-	err  error
-}
-
-// toolBuilds maps a build script to its run, so that each runs once per
-// test binary.
-var toolBuilds sync.Map
-
-// buildTool runs hack/<script>, once, and returns bin/<name>. The scripts
-// reuse a binary that is up to date (make test builds kube-apiserver before
-// the tests); a missing binary is built here, never skipped.
-func buildTool(t *testing.T, script, name string) string {
-	t.Helper()
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, _ := toolBuilds.LoadOrStore(script, &toolBuild{})
-	b := v.(*toolBuild)
-	b.once.Do(func() {
-		out, err := exec.Command(filepath.Join(root, "hack", script)).CombinedOutput()
-		if err != nil {
-			b.err = fmt.Errorf("hack/%s: %v\n%s", script, err, out)
-		}
-	})
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	return filepath.Join(root, "bin", name)
 }
 
 func (k kubectl) run(t *testing.T, args ...string) string {

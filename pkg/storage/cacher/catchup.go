@@ -3,8 +3,9 @@ package cacher
 import (
 	"time"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
 // A watcher whose channel is full is parked: a goroutine of its own feeds

@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
 // Defaults for Config.

@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
 // The consistency check makes upstream's promise (DetectCacheInconsistency:

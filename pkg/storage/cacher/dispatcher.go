@@ -5,13 +5,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	"k8s.io/utils/clock"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
 // dispatcher fans events out to watchers, with this slow-consumer policy:

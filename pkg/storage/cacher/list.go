@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
 // GetList implements storage.Interface. See docs/architecture.md for where

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	goruntime "runtime"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
 // listSplit reads every object after key after at revision rev, in pages

@@ -5,9 +5,10 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/third_party/forked/golang/btree"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
 // btreeDegree is the fan-out of the object trees. 32 is what upstream's

@@ -139,11 +139,20 @@ func (k *Kind[T, P]) SelectableFields(o P) fields.Set {
 	return set
 }
 
-// GetAttrs returns an object's labels and selectable fields.
-func (k *Kind[T, P]) GetAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
+// as returns obj as the kind's type, or an error naming both types.
+func (k *Kind[T, P]) as(obj any) (P, error) {
 	o, ok := obj.(P)
 	if !ok {
-		return nil, nil, fmt.Errorf("not a %T: %T", P(nil), obj)
+		return nil, fmt.Errorf("not a %T: %T", P(nil), obj)
+	}
+	return o, nil
+}
+
+// GetAttrs returns an object's labels and selectable fields.
+func (k *Kind[T, P]) GetAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
+	o, err := k.as(obj)
+	if err != nil {
+		return nil, nil, err
 	}
 	return o.GetLabels(), k.SelectableFields(o), nil
 }
@@ -186,9 +195,9 @@ func (k *Kind[T, P]) NewStorage(scheme *runtime.Scheme, group string, optsGetter
 		options.TriggerFunc = map[string]storage.IndexerFunc{k.TriggerField: trigger}
 		options.Indexers = &cache.Indexers{
 			storage.FieldIndex(k.TriggerField): func(obj any) ([]string, error) {
-				o, ok := obj.(P)
-				if !ok {
-					return nil, fmt.Errorf("not a %T: %T", P(nil), obj)
+				o, err := k.as(obj)
+				if err != nil {
+					return nil, err
 				}
 				return []string{k.Trigger(o)}, nil
 			},

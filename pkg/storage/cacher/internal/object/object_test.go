@@ -47,21 +47,6 @@ func podObject(pod *example.Pod) *Object {
 	return o
 }
 
-// decodedPod returns o's pod: o is a cached object, a Caching or a pod.
-func decodedPod(t testing.TB, o runtime.Object) *example.Pod {
-	t.Helper()
-	if co, ok := o.(*Caching); ok {
-		o = co.GetObject()
-	} else if obj, ok := o.(*Object); ok {
-		o = obj.DeepCopyObject()
-	}
-	pod, ok := o.(*example.Pod)
-	if !ok {
-		t.Fatalf("not a pod: %T", o)
-	}
-	return pod
-}
-
 // TestObjectCodecLearnsEncoders: an encoder that writes an object's bytes
 // is learnt as one, and its later answers are the bytes; any other
 // encoder, even one whose output differs from the bytes in a single field,

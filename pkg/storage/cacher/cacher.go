@@ -14,6 +14,7 @@ import (
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
 
 // Cacher is a storage.Interface that serves reads and watches from memory
@@ -22,7 +23,7 @@ import (
 type Cacher struct {
 	cfg     Config
 	metrics *cacheMetrics
-	store   *store
+	store   *eventStore
 	log     *eventLog
 	d       *dispatcher
 	ready   *readiness
@@ -68,7 +69,7 @@ func New(cfg Config) (*Cacher, error) {
 	c.ready.unready = c.metrics.unready
 	c.metrics.unready.Set(1)
 	c.build = object.NewBuilder(cfg.builderConfig())
-	c.store = newStore(c.build.IndexFuncs())
+	c.store = store.New[*event](c.build.IndexFuncs())
 	c.pres = &presenter{trigger: cfg.TriggerField, codec: c.build.Codec()}
 	if cfg.EncodingTTL > 0 {
 		c.pres.expiry = object.NewExpiry(cfg.EncodingTTL, cfg.Clock)
@@ -107,7 +108,7 @@ func (c *Cacher) keys(ctx context.Context) ([]string, error) {
 	if err := c.waitConsistent(ctx); err != nil {
 		return nil, err
 	}
-	return c.store.keys(), nil
+	return c.store.Keys(), nil
 }
 
 // waitConsistent waits until the cache holds etcd's current revision. When
@@ -194,7 +195,7 @@ func (c *Cacher) suggestion(key string) runtime.Object {
 	if s, _ := c.ready.get(); s != ready {
 		return nil
 	}
-	if o, ok := c.store.get(key); ok {
+	if o, ok := c.store.Get(key); ok {
 		// A cached object decodes; if it could not, etcd3 reads it.
 		return o.DeepCopyObject()
 	}

@@ -110,12 +110,12 @@ func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 			}
 		}
 	} else {
-		init.snap.scan(w.key, w.recursive, "", each)
+		init.snap.Scan(w.key, w.recursive, "", each)
 	}
 	d.metrics.initEvents.Add(float64(sent))
 	if ok && init.endBookmark {
-		if ok = turn.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.rv, true)}); ok {
-			w.sent = init.snap.rv
+		if ok = turn.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.RV, true)}); ok {
+			w.sent = init.snap.RV
 		}
 	}
 	return ok

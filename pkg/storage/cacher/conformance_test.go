@@ -257,7 +257,7 @@ func (c *testCacher) compactHistory(ctx context.Context, t *testing.T, resourceV
 	}
 	c.d.mu.Lock()
 	c.log.DropUpTo(rv)
-	c.store.prune(rv)
+	c.store.Prune(rv)
 	c.d.mu.Unlock()
 	if _, err := c.client.Compact(ctx, int64(rv)); err != nil {
 		t.Fatal(err)

@@ -86,16 +86,16 @@ func (c *Cacher) compareWithEtcd(ctx context.Context) checkResult {
 	if state, _ := c.ready.get(); state != ready {
 		return checkResult{status: checkError, err: fmt.Errorf("the cache is not ready")}
 	}
-	snap := c.store.latest()
-	cached := make([]keyRV, 0, snap.tree.Len())
-	snap.tree.Ascend(func(o *object.Object) bool {
+	snap := c.store.Latest()
+	cached := make([]keyRV, 0, snap.Len())
+	snap.Scan("", true, "", func(o *object.Object) bool {
 		cached = append(cached, keyRV{o.Key, o.RV})
 		return true
 	})
-	r := checkResult{rv: snap.rv}
+	r := checkResult{rv: snap.RV}
 	i := 0
 	var err error
-	r.bytes, err = c.cfg.KeyReader.ReadKeys(ctx, int64(snap.rv), func(key string, modRev int64) {
+	r.bytes, err = c.cfg.KeyReader.ReadKeys(ctx, int64(snap.RV), func(key string, modRev int64) {
 		if r.diff != "" {
 			return
 		}
@@ -112,7 +112,7 @@ func (c *Cacher) compareWithEtcd(ctx context.Context) checkResult {
 	})
 	switch {
 	case err != nil:
-		r.status, r.err = checkError, fmt.Errorf("reading keys at revision %d from etcd: %w", snap.rv, err)
+		r.status, r.err = checkError, fmt.Errorf("reading keys at revision %d from etcd: %w", snap.RV, err)
 	case r.diff == "" && i < len(cached):
 		r.status = checkFailure
 		r.diff = fmt.Sprintf("the cache holds %s at resourceVersion %d; etcd does not hold it", cached[i].key, cached[i].rv)

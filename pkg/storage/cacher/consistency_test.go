@@ -21,8 +21,6 @@ import (
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
-
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
 func metricsConsistencyChecks(status string) compbasemetrics.CounterMetric {
@@ -43,19 +41,16 @@ func withKeyReader(clk *testingclock.FakeClock, interval time.Duration) setupOpt
 
 // dropFromStateForTest removes key from the cache's current state behind
 // the dispatcher's back, as a lost event would: the cache then differs from
-// etcd and only the consistency check can tell.
+// etcd and only the consistency check can tell. The state keeps its
+// resourceVersion, and the history does not hear of it.
 func (c *Cacher) dropFromStateForTest(t *testing.T, key string) {
 	c.d.mu.Lock()
 	defer c.d.mu.Unlock()
-	s := c.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o, ok := s.tree.Delete(&object.Object{Key: key})
+	o, ok := c.store.Get(key)
 	if !ok {
 		t.Fatalf("the cache does not hold %s", key)
 	}
-	s.indexLocked(o, false)
-	s.changed = true
+	c.store.Apply(&event{typ: watch.Deleted, key: key, rv: c.store.Latest().RV, cur: o, prev: o})
 }
 
 // putInStateForTest puts obj into the cache's current state under key,
@@ -63,14 +58,11 @@ func (c *Cacher) dropFromStateForTest(t *testing.T, key string) {
 func (c *Cacher) putInStateForTest(t *testing.T, key string, rv uint64) {
 	c.d.mu.Lock()
 	defer c.d.mu.Unlock()
-	s := c.store
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: key[strings.LastIndex(key, "/")+1:], Namespace: "ns", ResourceVersion: fmt.Sprint(rv)}}
 	o := podObject(pod)
 	o.Key = key
-	s.tree.ReplaceOrInsert(o)
-	s.changed = true
+	prev, _ := c.store.Get(key)
+	c.store.Apply(&event{typ: watch.Modified, key: key, rv: c.store.Latest().RV, cur: o, prev: prev})
 }
 
 // TestConsistencyCheck corrupts the cache and checks that the periodic

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
 
 // dispatcher fans events out to watchers, with this slow-consumer policy:
@@ -31,7 +32,7 @@ import (
 // no goroutine. The dispatcher also owns the store and log updates, so that
 // a new watcher registers against a state and a log that agree.
 type dispatcher struct {
-	store     *store
+	store     *eventStore
 	log       *eventLog
 	pres      *presenter
 	versioner storage.Versioner
@@ -46,7 +47,7 @@ type dispatcher struct {
 	// mu guards the watcher index and lagging, every watcher's state and
 	// position, the bookmark schedule and headCh. It also serializes store
 	// and log updates with watcher registration. Lock order:
-	// dispatcher.mu, then store.mu or eventLog.mu.
+	// dispatcher.mu, then the store's or the history's mutex.
 	mu sync.Mutex
 	// synced holds the synced watchers, filed so that an event finds only
 	// those that may match it.
@@ -73,7 +74,7 @@ type dispatcher struct {
 	evictedReported uint64
 }
 
-func newDispatcher(s *store, l *eventLog, pres *presenter, versioner storage.Versioner, newFunc func() runtime.Object,
+func newDispatcher(s *eventStore, l *eventLog, pres *presenter, versioner storage.Versioner, newFunc func() runtime.Object,
 	clk clock.Clock, bookmarkFrequency time.Duration, m *cacheMetrics) *dispatcher {
 	return &dispatcher{
 		store: s, log: l, pres: pres, versioner: versioner, newFunc: newFunc, clock: clk, metrics: m,
@@ -92,11 +93,11 @@ func (d *dispatcher) process(e *event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	_, prevHead := d.log.Bounds()
-	d.store.apply(e)
+	d.store.Apply(e)
 	d.log.Append(e)
 	// Snapshots live as long as the events after them.
 	since, _ := d.log.Bounds()
-	d.store.prune(since)
+	d.store.Prune(since)
 	m := d.pres.eventFields(e)
 	for _, set := range d.synced.lookup(e) {
 		d.fanOutLocked(set.ws, e, m)
@@ -162,7 +163,7 @@ func (d *dispatcher) observeDelivered(e *event, n int, built time.Time) {
 func (d *dispatcher) progress(rv uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.store.advance(rv)
+	d.store.Advance(rv)
 	d.log.Advance(rv)
 	d.notifyHeadLocked()
 }
@@ -186,7 +187,7 @@ func (d *dispatcher) compacted(rev int64) {
 		return
 	}
 	d.log.DropUpTo(upTo)
-	d.store.prune(upTo)
+	d.store.Prune(upTo)
 }
 
 // reset ends every watcher and installs a fresh list, as after a relist.
@@ -196,7 +197,7 @@ func (d *dispatcher) reset(objs []*object.Object, rv uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.endAllLocked(nil)
-	d.store.replace(objs, rv)
+	d.store.Replace(objs, rv)
 	d.log.Reset(rv)
 	d.notifyHeadLocked()
 }
@@ -255,7 +256,7 @@ func (d *dispatcher) recordGauges() {
 	d.mu.Unlock()
 	d.metrics.historyBytes.Set(float64(bytes))
 	d.metrics.evicted.Add(float64(newlyEvicted))
-	_, snapshots := d.store.stats()
+	_, snapshots := d.store.Stats()
 	d.metrics.synced.Set(float64(synced))
 	d.metrics.lagging.Set(float64(lagging))
 	d.metrics.snapshots.Set(float64(snapshots))
@@ -265,7 +266,7 @@ func (d *dispatcher) recordGauges() {
 
 // initialEvents is what a new watcher receives before the stream.
 type initialEvents struct {
-	snap snapshot
+	snap store.Snapshot
 	// indexed says that objs, the state's objects with the watcher's
 	// trigger value in key order, are the watcher's candidates, instead of
 	// snap's every object in the watcher's range.
@@ -291,13 +292,13 @@ func (d *dispatcher) register(w *watcher, withInit, endBookmark, startAtHead boo
 	}
 	switch {
 	case withInit:
-		snap := d.store.latest()
-		w.cursor = snap.rv
+		snap := d.store.Latest()
+		w.cursor = snap.RV
 		init := &initialEvents{snap: snap, endBookmark: endBookmark}
 		if w.place.kind == byTrigger {
 			// Under d.mu the store's indexes hold snap's state. An agent's
 			// watch-list reads its own objects, not every object.
-			init.objs, _, init.indexed = d.store.byIndex(storage.FieldIndex(d.pres.trigger), w.place.value)
+			init.objs, _, init.indexed = d.store.ByIndex(storage.FieldIndex(d.pres.trigger), w.place.value)
 		}
 		d.startCatchUpLocked(w, init)
 	case startAtHead:

@@ -20,7 +20,8 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
 
 // testDispatcher drives a dispatcher without etcd.
@@ -32,8 +33,8 @@ type testDispatcher struct {
 
 func newTestDispatcher(logMax int) *testDispatcher {
 	clk := testingclock.NewFakeClock(time.Unix(10_000, 0))
-	s := newStore(map[string]func(*object.Object) []string{})
-	l := newTestLog(time.Minute, 4, logMax)
+	s := store.New[*event](nil)
+	l := history.New[*event](history.Config{Window: time.Minute, MinSize: 4, MaxSize: logMax})
 	d := newDispatcher(s, l, &presenter{trigger: "spec.nodeName", codec: podIngest.Codec()}, storage.APIObjectVersioner{}, func() runtime.Object { return &example.Pod{} }, clk, time.Minute,
 		newCacheMetrics(schema.GroupResource{Resource: "pods"}))
 	d.reset(nil, 1)
@@ -46,7 +47,7 @@ func (d *testDispatcher) put(name string, lbls map[string]string, node string) {
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: lbls,
 		ResourceVersion: fmt.Sprint(d.rv)}, Spec: example.PodSpec{NodeName: node}}
 	o := podObject(pod)
-	prev, _ := d.store.get(o.Key)
+	prev, _ := d.store.Get(o.Key)
 	typ := watch.Added
 	if prev != nil {
 		typ = watch.Modified
@@ -56,7 +57,7 @@ func (d *testDispatcher) put(name string, lbls map[string]string, node string) {
 
 func (d *testDispatcher) del(name string) {
 	d.rv++
-	prev, _ := d.store.get("/pods/ns/" + name)
+	prev, _ := d.store.Get("/pods/ns/" + name)
 	gone := prev.DeepCopyObject().(*example.Pod)
 	gone.ResourceVersion = fmt.Sprint(d.rv)
 	cur := podObject(gone)

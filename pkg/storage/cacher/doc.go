@@ -4,7 +4,7 @@
 //
 // # Data flow
 //
-//	etcd ──► source ──► ingest ──► dispatcher ──┬─► store     (current objects, snapshots by resourceVersion)
+//	etcd ──► source ──► ingest ──► dispatcher ──┬─► store     (internal/store: current objects, snapshots by resourceVersion)
 //	         etcd_watch.go  ingest.go            ├─► history   (internal/history: recent events, by resourceVersion)
 //	         backfill.go    internal/object      └─► fan-out   (watcher_index.go, internal/shard: the watchers an event matches)
 //	         consistency.go                              └─► watcher ──► client
@@ -33,7 +33,7 @@
 //
 // # Lock order
 //
-// dispatcher.mu, then store.mu or the history's mutex; nothing is taken
+// dispatcher.mu, then the store's or the history's mutex; nothing is taken
 // while holding either of those two. Every other mutex (interner, object
 // codec, encodings, encoding expiry, readiness, shutdown) guards its own
 // struct and is released before its holder calls into anything else.

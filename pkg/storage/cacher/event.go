@@ -10,10 +10,14 @@ import (
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
 
 // eventLog is the history of events every watcher reads.
 type eventLog = history.Log[*event]
+
+// eventStore is the current objects and their snapshots.
+type eventStore = store.Store[*event]
 
 // event is one change from etcd, shared by every watcher that receives it.
 type event struct {
@@ -43,6 +47,12 @@ func (e *event) RV() uint64 { return e.rv }
 
 // Recorded is when ingest saw the event, for the history window.
 func (e *event) Recorded() time.Time { return e.recorded }
+
+// Change is the event's type and the object versions after and before it,
+// for the store.
+func (e *event) Change() (watch.EventType, *object.Object, *object.Object) {
+	return e.typ, e.cur, e.prev
+}
 
 // Size is what the event adds to the history: the object version it
 // created. Its previous version is the one an earlier event, or the list,

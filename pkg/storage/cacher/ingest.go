@@ -172,7 +172,7 @@ func (c *Cacher) ingest(ev watch.Event, decoded time.Time) error {
 	}
 	c.metrics.eventsReceived.Inc()
 	c.metrics.resourceVersion(o.RV)
-	prev, _ := c.store.get(o.Key)
+	prev, _ := c.store.Get(o.Key)
 	e := &event{key: o.Key, rv: o.RV, cur: o, prev: prev, recorded: c.cfg.Clock.Now()}
 	if !decoded.IsZero() {
 		// The dispatch latency compares real times, as the decode time is.

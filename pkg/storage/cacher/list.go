@@ -11,6 +11,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
 
 // GetList implements storage.Interface. See docs/architecture.md for where
@@ -51,7 +52,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		return err
 	}
 
-	var snap snapshot
+	var snap store.Snapshot
 	switch {
 	case withRev > 0:
 		if err := c.d.waitFor(ctx, uint64(withRev), c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
@@ -75,7 +76,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 			return err
 		}
 		c.metrics.consistentRead(true, false)
-		snap = c.store.latest()
+		snap = c.store.Latest()
 	default:
 		// "0", or NotOlderThan N.
 		if rv > 0 {
@@ -83,7 +84,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 				return err
 			}
 		}
-		snap = c.store.latest()
+		snap = c.store.Latest()
 	}
 	if !continuing {
 		fromKey = ""
@@ -98,18 +99,18 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 
 // snapshotAt returns the state at exactly rv, unless etcd has compacted rv
 // away: then etcd must answer, with 410.
-func (c *Cacher) snapshotAt(rv uint64) (snapshot, bool) {
+func (c *Cacher) snapshotAt(rv uint64) (store.Snapshot, bool) {
 	if int64(rv) < c.cfg.Storage.CompactRevision() {
-		return snapshot{}, false
+		return store.Snapshot{}, false
 	}
-	return c.store.at(rv, c.log.Between)
+	return c.store.At(rv, c.log.Between)
 }
 
 // listByIndex serves an unpaginated list of the current state through an
 // index the selector can use. done is false when no index applies.
 func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pred *storage.SelectionPredicate, f *filter, listObj runtime.Object) (done bool, err error) {
 	for _, m := range pred.MatcherIndex(ctx) {
-		objs, rv, ok := c.store.byIndex(m.IndexName, m.Value)
+		objs, rv, ok := c.store.ByIndex(m.IndexName, m.Value)
 		if !ok {
 			continue
 		}
@@ -132,7 +133,7 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 // listFrom fills listObj with one page of up to limit objects from snap
 // that pass f, starting at fromKey, and sets the continue token, the
 // remaining count and, for a sharded list, the shard info.
-func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recursive bool, f *filter, limit int64, fromKey string, listObj runtime.Object) error {
+func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, recursive bool, f *filter, limit int64, fromKey string, listObj runtime.Object) error {
 	var (
 		count, remaining int64
 		fetched          int
@@ -144,10 +145,10 @@ func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recurs
 	if limit > 0 {
 		// The page holds at most what the snapshot holds: a client's limit
 		// is not an allocation size (limit=2^63-1 made the server panic).
-		matched = make([]*object.Object, 0, min(limit, int64(snap.tree.Len())))
+		matched = make([]*object.Object, 0, min(limit, int64(snap.Len())))
 	}
 	empty := f.empty()
-	snap.scan(key, recursive, fromKey, func(o *object.Object) bool {
+	snap.Scan(key, recursive, fromKey, func(o *object.Object) bool {
 		if limit > 0 && count == limit {
 			// Anything left in range means another page, even if it may
 			// not match, as etcd3 answers.
@@ -175,7 +176,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recurs
 	var continueToken string
 	var remainingCount *int64
 	if more {
-		if continueToken, err = storage.EncodeContinue(lastKey+"\x00", key, int64(snap.rv)); err != nil {
+		if continueToken, err = storage.EncodeContinue(lastKey+"\x00", key, int64(snap.RV)); err != nil {
 			return err
 		}
 		if empty {
@@ -183,7 +184,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap snapshot, key string, recurs
 		}
 	}
 	f.setShardInfo(listObj)
-	return c.cfg.Versioner.UpdateList(listObj, snap.rv, continueToken, remainingCount)
+	return c.cfg.Versioner.UpdateList(listObj, snap.RV, continueToken, remainingCount)
 }
 
 // setItems puts objs in listObj's items, once the list gate lets a list of
@@ -283,7 +284,7 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 			return err
 		}
 	}
-	o, ok := c.store.get(key)
+	o, ok := c.store.Get(key)
 	if !ok {
 		if opts.IgnoreNotFound {
 			return runtime.SetZeroValue(objPtr)

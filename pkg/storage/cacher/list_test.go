@@ -2,10 +2,10 @@ package cacher
 
 import (
 	"context"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"strings"
 	"testing"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"

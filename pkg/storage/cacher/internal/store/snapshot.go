@@ -1,0 +1,46 @@
+package store
+
+import (
+	"strings"
+
+	"k8s.io/utils/third_party/forked/golang/btree"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+)
+
+// btreeDegree is the fan-out of the object trees. 32 is what upstream's
+// watch cache store uses; it keeps copy-on-write after a snapshot at a few
+// node copies per write.
+const btreeDegree = 32
+
+func newTree() *btree.BTree[*object.Object] {
+	return btree.New(btreeDegree, func(a, b *object.Object) bool { return a.Key < b.Key })
+}
+
+// Snapshot is an immutable view of every object at resourceVersion RV.
+type Snapshot struct {
+	RV   uint64
+	tree *btree.BTree[*object.Object]
+}
+
+// Len is the number of objects in the snapshot.
+func (sn Snapshot) Len() int { return sn.tree.Len() }
+
+// Scan calls fn for each object whose key has prefix (or equals it when not
+// recursive), starting at from, in key order, until fn returns false. An
+// empty prefix, recursive, is every object.
+func (sn Snapshot) Scan(prefix string, recursive bool, from string, fn func(*object.Object) bool) {
+	if !recursive {
+		if o, ok := sn.tree.Get(&object.Object{Key: prefix}); ok && from <= prefix {
+			fn(o)
+		}
+		return
+	}
+	start := max(from, prefix)
+	sn.tree.AscendGreaterOrEqual(&object.Object{Key: start}, func(o *object.Object) bool {
+		if !strings.HasPrefix(o.Key, prefix) {
+			return false
+		}
+		return fn(o)
+	})
+}

@@ -1,0 +1,233 @@
+// Package store is the watch cache's current state: every object ordered
+// by key, live indexes over them, and point-in-time snapshots by
+// resourceVersion. It knows of an event only its type, its resourceVersion
+// and the object versions before and after it.
+package store
+
+import (
+	"sort"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/utils/third_party/forked/golang/btree"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+)
+
+// Event is what the store needs of an event.
+type Event interface {
+	// RV is the event's resourceVersion.
+	RV() uint64
+	// Change is the event's type, the object after it (for DELETED, the
+	// last state at the deletion's resourceVersion) and the object before
+	// it (nil for ADDED).
+	Change() (typ watch.EventType, cur, prev *object.Object)
+}
+
+// Store holds the current objects ordered by key, live indexes over them,
+// and point-in-time snapshots: copy-on-write clones of the tree, O(1) to
+// take, after which a write copies only the nodes on its path.
+//
+// Snapshots are taken when a reader asks for the current state, not at
+// every event: a clone per event made every write copy its path, about
+// 2 KiB an event kept for the whole history. A state between snapshots is
+// rebuilt by undoing the events after it (At).
+type Store[E Event] struct {
+	indexers map[string]func(*object.Object) []string
+
+	// mu guards everything below.
+	mu   sync.RWMutex
+	tree *btree.BTree[*object.Object]
+	// rv is the resourceVersion of the current state.
+	rv uint64
+	// indexes map index name → value → key → object, for the current state.
+	indexes map[string]map[string]map[string]*object.Object
+	// snapshots are ordered by rv, each the state after every event up to
+	// its rv; changed is whether the tree changed since the last one.
+	snapshots []Snapshot
+	changed   bool
+}
+
+// New returns an empty store at resourceVersion 0 with the given indexes.
+func New[E Event](indexers map[string]func(*object.Object) []string) *Store[E] {
+	s := &Store[E]{indexers: indexers}
+	s.Replace(nil, 0)
+	return s
+}
+
+// Replace installs a full list at rv, as after a (re)list.
+func (s *Store[E]) Replace(objs []*object.Object, rv uint64) {
+	tree := newTree()
+	indexes := map[string]map[string]map[string]*object.Object{}
+	for name := range s.indexers {
+		indexes[name] = map[string]map[string]*object.Object{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tree, s.indexes, s.rv = tree, indexes, rv
+	for _, o := range objs {
+		s.tree.ReplaceOrInsert(o)
+		s.indexLocked(o, true)
+	}
+	s.snapshots = []Snapshot{{RV: rv, tree: s.tree.Clone()}}
+	s.changed = false
+}
+
+// Apply records an event's effect.
+func (s *Store[E]) Apply(e E) {
+	typ, cur, prev := e.Change()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev != nil {
+		s.indexLocked(prev, false)
+	}
+	if typ == watch.Deleted {
+		s.tree.Delete(prev)
+	} else {
+		s.tree.ReplaceOrInsert(cur)
+		s.indexLocked(cur, true)
+	}
+	s.rv = e.RV()
+	s.changed = true
+}
+
+// Advance moves the state's resourceVersion forward with no change, on a
+// progress notification.
+func (s *Store[E]) Advance(rv uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rv > s.rv {
+		s.rv = rv
+	}
+}
+
+func (s *Store[E]) indexLocked(o *object.Object, add bool) {
+	for name, fn := range s.indexers {
+		for _, v := range fn(o) {
+			byValue := s.indexes[name]
+			if add {
+				if byValue[v] == nil {
+					byValue[v] = map[string]*object.Object{}
+				}
+				byValue[v][o.Key] = o
+			} else if byValue[v] != nil {
+				delete(byValue[v], o.Key)
+				if len(byValue[v]) == 0 {
+					delete(byValue, v)
+				}
+			}
+		}
+	}
+}
+
+// Get returns the current object at key.
+func (s *Store[E]) Get(key string) (*object.Object, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tree.Get(&object.Object{Key: key})
+}
+
+// Latest returns the current state as an immutable snapshot, stamped with
+// the newest resourceVersion the store knows, which may be past the last
+// event after a progress notification.
+func (s *Store[E]) Latest() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.latestLocked()
+}
+
+func (s *Store[E]) latestLocked() Snapshot {
+	if s.changed || len(s.snapshots) == 0 {
+		s.snapshots = append(s.snapshots, Snapshot{RV: s.rv, tree: s.tree.Clone()})
+		s.changed = false
+	}
+	return Snapshot{RV: s.rv, tree: s.snapshots[len(s.snapshots)-1].tree}
+}
+
+// At returns the state at exactly rv, if the store can tell it: the
+// nearest snapshot at or after rv with the events after rv undone, newest
+// first. between returns the events in (rv, upTo], and false when the
+// history no longer holds them all.
+func (s *Store[E]) At(rv uint64, between func(rv, upTo uint64) ([]E, bool)) (Snapshot, bool) {
+	s.mu.Lock()
+	if rv > s.rv {
+		s.mu.Unlock()
+		return Snapshot{}, false
+	}
+	i := sort.Search(len(s.snapshots), func(i int) bool { return s.snapshots[i].RV >= rv })
+	var base Snapshot
+	if i < len(s.snapshots) {
+		base = s.snapshots[i]
+	} else {
+		base = s.latestLocked()
+	}
+	// Clone writes to the tree it clones (its copy-on-write marker), so
+	// two readers must not clone one snapshot at once.
+	tree := base.tree.Clone()
+	s.mu.Unlock()
+	// Events are immutable, and the clone is this reader's own.
+	events, ok := between(rv, base.RV)
+	if !ok {
+		return Snapshot{}, false
+	}
+	if len(events) == 0 {
+		return Snapshot{RV: rv, tree: base.tree}, true
+	}
+	for i := len(events) - 1; i >= 0; i-- {
+		switch typ, cur, prev := events[i].Change(); typ {
+		case watch.Added:
+			tree.Delete(cur)
+		default:
+			tree.ReplaceOrInsert(prev)
+		}
+	}
+	return Snapshot{RV: rv, tree: tree}, true
+}
+
+// ByIndex returns the current objects whose index name has value, ordered
+// by key, and the state's resourceVersion. ok is false without such an index.
+func (s *Store[E]) ByIndex(name, value string) (objs []*object.Object, rv uint64, ok bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	byValue, ok := s.indexes[name]
+	if !ok {
+		return nil, 0, false
+	}
+	for _, o := range byValue[value] {
+		objs = append(objs, o)
+	}
+	sort.Slice(objs, func(i, j int) bool { return objs[i].Key < objs[j].Key })
+	return objs, s.rv, true
+}
+
+// Prune drops snapshots older than rv: the events after them have left
+// the history, and a state from rv on is rebuilt from a newer snapshot.
+func (s *Store[E]) Prune(rv uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := sort.Search(len(s.snapshots), func(i int) bool { return s.snapshots[i].RV >= rv })
+	if i > 0 {
+		// Clearing lets the dropped trees be collected; append reallocates
+		// the shrinking slice in time, so this stays amortized O(1).
+		clear(s.snapshots[:i])
+		s.snapshots = s.snapshots[i:]
+	}
+}
+
+// Stats returns the number of objects and of snapshots held.
+func (s *Store[E]) Stats() (objects, snapshots int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.tree.Len(), len(s.snapshots)
+}
+
+// Keys returns every current key, for etcd3's size estimation.
+func (s *Store[E]) Keys() []string {
+	snap := s.Latest()
+	keys := make([]string, 0, snap.Len())
+	snap.Scan("", true, "", func(o *object.Object) bool {
+		keys = append(keys, o.Key)
+		return true
+	})
+	return keys
+}

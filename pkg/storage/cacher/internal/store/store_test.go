@@ -1,0 +1,236 @@
+package store
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+)
+
+// event is a test event.
+type event struct {
+	typ       watch.EventType
+	rv        uint64
+	cur, prev *object.Object
+}
+
+func (e *event) RV() uint64 { return e.rv }
+func (e *event) Change() (watch.EventType, *object.Object, *object.Object) {
+	return e.typ, e.cur, e.prev
+}
+
+// history is the events applied, as the cache's event log holds them.
+type history []*event
+
+// between returns the events in (rv, upTo]; false when rv is before the
+// history's first.
+func (h history) between(rv, upTo uint64) ([]*event, bool) {
+	if len(h) > 0 && rv < h[0].rv-1 {
+		return nil, false
+	}
+	var out []*event
+	for _, e := range h {
+		if e.rv > rv && e.rv <= upTo {
+			out = append(out, e)
+		}
+	}
+	return out, true
+}
+
+func obj(key string, rv uint64) *object.Object { return &object.Object{Key: key, RV: rv} }
+
+// contents returns key → resourceVersion of every object in sn.
+func contents(sn Snapshot) map[string]uint64 {
+	got := map[string]uint64{}
+	sn.Scan("", true, "", func(o *object.Object) bool { got[o.Key] = o.RV; return true })
+	return got
+}
+
+// TestAt applies adds, updates and deletes with snapshots taken only now
+// and then, as lists take them, and checks that the state at every
+// resourceVersion in the history is rebuilt exactly, from a snapshot or
+// from the current state, by undoing the events after it.
+func TestAt(t *testing.T) {
+	s := New[*event](nil)
+	s.Replace([]*object.Object{{Key: "/a", RV: 1}, {Key: "/b", RV: 1}}, 1)
+	var h history
+
+	// want[rv] is key → object rv at rv.
+	state := map[string]uint64{"/a": 1, "/b": 1}
+	want := map[uint64]map[string]uint64{1: maps.Clone(state)}
+	steps := []struct {
+		typ      watch.EventType
+		key      string
+		snapshot bool // a list takes the current state after this step
+	}{
+		{watch.Added, "/c", false},
+		{watch.Modified, "/a", true},
+		{watch.Deleted, "/b", false},
+		{watch.Modified, "/c", false},
+		{watch.Added, "/b", true},
+		{watch.Deleted, "/a", false},
+		{watch.Modified, "/b", false},
+	}
+	current := map[string]*object.Object{"/a": {Key: "/a", RV: 1}, "/b": {Key: "/b", RV: 1}}
+	for i, st := range steps {
+		rv := uint64(i + 2)
+		e := &event{typ: st.typ, rv: rv, prev: current[st.key], cur: &object.Object{Key: st.key, RV: rv}}
+		if st.typ == watch.Deleted {
+			delete(current, st.key)
+			delete(state, st.key)
+		} else {
+			current[st.key] = e.cur
+			state[st.key] = rv
+		}
+		s.Apply(e)
+		h = append(h, e)
+		if st.snapshot {
+			s.Latest()
+		}
+		want[rv] = maps.Clone(state)
+	}
+	if _, snapshots := s.Stats(); snapshots != 3 {
+		t.Errorf("%d snapshots, want 3: the list's, and two taken by lists", snapshots)
+	}
+	for rv := uint64(1); rv <= uint64(len(steps)+1); rv++ {
+		t.Run(fmt.Sprint("rv=", rv), func(t *testing.T) {
+			sn, ok := s.At(rv, h.between)
+			if !ok {
+				t.Fatal("not available")
+			}
+			if got := contents(sn); !maps.Equal(got, want[rv]) || sn.RV != rv {
+				t.Errorf("At(%d) = %v at %d, want %v", rv, got, sn.RV, want[rv])
+			}
+		})
+	}
+	if _, ok := s.At(uint64(len(steps)+2), h.between); ok {
+		t.Error("a future resourceVersion must not be available")
+	}
+	h = h[2:] // the history now starts after 3
+	s.Prune(3)
+	if _, ok := s.At(2, h.between); ok {
+		t.Error("a resourceVersion whose events left the history must not be available")
+	}
+	if _, ok := s.At(3, h.between); !ok {
+		t.Error("the history's start must still be available")
+	}
+	// The list's snapshot at 1 goes; the lists' at 3 and 6 stay, and so
+	// does the one At took of the current state at 8.
+	if _, snapshots := s.Stats(); snapshots != 3 {
+		t.Errorf("%d snapshots after pruning to 3, want 3", snapshots)
+	}
+}
+
+// TestSnapshotIsImmutable checks that a snapshot taken before writes still
+// holds the state it was taken at.
+func TestSnapshotIsImmutable(t *testing.T) {
+	s := New[*event](nil)
+	a1 := obj("/a", 1)
+	s.Replace([]*object.Object{a1}, 1)
+	sn := s.Latest()
+	s.Apply(&event{typ: watch.Modified, rv: 2, cur: obj("/a", 2), prev: a1})
+	s.Apply(&event{typ: watch.Added, rv: 3, cur: obj("/b", 3)})
+	if got, want := contents(sn), map[string]uint64{"/a": 1}; !maps.Equal(got, want) || sn.RV != 1 {
+		t.Errorf("the snapshot at 1 holds %v at %d after writes, want %v", got, sn.RV, want)
+	}
+	if got, want := contents(s.Latest()), map[string]uint64{"/a": 2, "/b": 3}; !maps.Equal(got, want) {
+		t.Errorf("the latest state is %v, want %v", got, want)
+	}
+	s.Advance(7)
+	if rv := s.Latest().RV; rv != 7 {
+		t.Errorf("after a progress notification at 7 the state is at %d", rv)
+	}
+	s.Advance(5)
+	if rv := s.Latest().RV; rv != 7 {
+		t.Errorf("an older progress notification moved the state back to %d", rv)
+	}
+}
+
+func TestScan(t *testing.T) {
+	s := New[*event](nil)
+	var objs []*object.Object
+	for _, k := range []string{"/a/x", "/a/y", "/a/z", "/ab", "/b/x"} {
+		objs = append(objs, obj(k, 1))
+	}
+	s.Replace(objs, 1)
+	sn := s.Latest()
+	for _, tc := range []struct {
+		name      string
+		prefix    string
+		recursive bool
+		from      string
+		stopAfter int
+		want      []string
+	}{
+		{name: "everything", recursive: true, want: []string{"/a/x", "/a/y", "/a/z", "/ab", "/b/x"}},
+		{name: "prefix", prefix: "/a/", recursive: true, want: []string{"/a/x", "/a/y", "/a/z"}},
+		{name: "from a key", prefix: "/a/", recursive: true, from: "/a/y\x00", want: []string{"/a/z"}},
+		{name: "from before the prefix", prefix: "/b/", recursive: true, from: "/a", want: []string{"/b/x"}},
+		{name: "stopped", prefix: "/a/", recursive: true, stopAfter: 2, want: []string{"/a/x", "/a/y"}},
+		{name: "one key", prefix: "/a/y", want: []string{"/a/y"}},
+		{name: "one key past from", prefix: "/a/y", from: "/a/y\x00"},
+		{name: "missing key", prefix: "/a/w"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			sn.Scan(tc.prefix, tc.recursive, tc.from, func(o *object.Object) bool {
+				got = append(got, o.Key)
+				return tc.stopAfter == 0 || len(got) < tc.stopAfter
+			})
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("Scan = %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if sn.Len() != 5 || !slices.Equal(s.Keys(), []string{"/a/x", "/a/y", "/a/z", "/ab", "/b/x"}) {
+		t.Errorf("Len = %d, Keys = %q", sn.Len(), s.Keys())
+	}
+}
+
+// TestByIndex checks that the indexes follow adds, updates that change a
+// value, deletes and a replace.
+func TestByIndex(t *testing.T) {
+	byName := map[string]func(*object.Object) []string{"name": func(o *object.Object) []string { return []string{o.Name} }}
+	named := func(key, name string, rv uint64) *object.Object {
+		return &object.Object{Key: key, Name: name, RV: rv}
+	}
+	s := New[*event](byName)
+	a1, b1 := named("/a", "n1", 1), named("/b", "n1", 1)
+	s.Replace([]*object.Object{b1, a1}, 1)
+	a2 := named("/a", "n2", 2)
+	s.Apply(&event{typ: watch.Modified, rv: 2, cur: a2, prev: a1})
+	c3 := named("/c", "n2", 3)
+	s.Apply(&event{typ: watch.Added, rv: 3, cur: c3})
+	s.Apply(&event{typ: watch.Deleted, rv: 4, cur: b1, prev: b1})
+	for _, tc := range []struct {
+		value string
+		want  []string
+	}{
+		{"n1", nil},
+		{"n2", []string{"/a", "/c"}},
+		{"n3", nil},
+	} {
+		objs, rv, ok := s.ByIndex("name", tc.value)
+		var got []string
+		for _, o := range objs {
+			got = append(got, o.Key)
+		}
+		if !ok || rv != 4 || !slices.Equal(got, tc.want) {
+			t.Errorf("ByIndex(name, %s) = %q at %d (%v), want %q at 4", tc.value, got, rv, ok, tc.want)
+		}
+	}
+	if _, _, ok := s.ByIndex("missing", "x"); ok {
+		t.Error("an index the store does not have must say so")
+	}
+	s.Replace([]*object.Object{named("/d", "n1", 9)}, 9)
+	if objs, _, _ := s.ByIndex("name", "n2"); len(objs) != 0 {
+		t.Errorf("a replace kept %d stale index entries", len(objs))
+	}
+	if o, ok := s.Get("/d"); !ok || o.RV != 9 {
+		t.Errorf("Get(/d) after replace = %v, %v", o, ok)
+	}
+}

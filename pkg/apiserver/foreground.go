@@ -17,7 +17,7 @@ const DefaultForegroundLinger = 100 * time.Millisecond
 
 // Foreground tracks the resource requests that clients wait on: every one
 // but the long-running (watches, proxies, exec). The watch cache paces the
-// initial events it streams while it is busy (cacher.Foreground), so that
+// initial events it streams while it is busy (gate.Foreground), so that
 // a hundred watch-lists do not take the CPU that writes need.
 type Foreground struct {
 	linger time.Duration
@@ -48,7 +48,7 @@ func NewForeground(linger time.Duration, clk clock.PassiveClock) *Foreground {
 	return &Foreground{linger: linger, clock: clk}
 }
 
-// Busy implements cacher.Foreground.
+// Busy implements gate.Foreground.
 func (f *Foreground) Busy() bool {
 	if f.inFlight.Load() > 0 {
 		return true
@@ -57,7 +57,7 @@ func (f *Foreground) Busy() bool {
 	return end != 0 && f.clock.Since(time.Unix(0, end)) < f.linger
 }
 
-// InFlight implements cacher.Foreground.
+// InFlight implements gate.Foreground.
 func (f *Foreground) InFlight() <-chan struct{} {
 	if f.inFlight.Load() == 0 {
 		return nil

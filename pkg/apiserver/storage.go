@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
 )
 
 // WatchCacheOptions are the knobs of our watch cache the command line sets.
@@ -33,19 +34,19 @@ type WatchCacheOptions struct {
 	// holds; 0 is no budget.
 	HistoryBudget int64
 	// InitialEventsConcurrency bounds how many watches stream initial events
-	// at once, across every resource; 0 is no bound. See cacher.InitialEventsGate.
+	// at once, across every resource; 0 is no bound. See gate.InitialEvents.
 	InitialEventsConcurrency int
 	// InitialEventsShare is the part of the time a watch streams initial
-	// events while Foreground is busy; see cacher.InitialEventsGateConfig.
+	// events while Foreground is busy; see gate.InitialEventsConfig.
 	InitialEventsShare float64
 	// InitialEventsSlice is how long a watch streams before it pauses;
-	// see cacher.InitialEventsGateConfig.
+	// see gate.InitialEventsConfig.
 	InitialEventsSlice time.Duration
 	// Foreground tells when resource requests are being served; nil
 	// never paces initial events.
-	Foreground cacher.Foreground
+	Foreground gate.Foreground
 	// ListConcurrency bounds how many large lists are served at once,
-	// across every resource; 0 is no bound. See cacher.ListGate.
+	// across every resource; 0 is no bound. See gate.Lists.
 	ListConcurrency int
 	// Shutdown begins when the server begins to shut down; see cacher.Shutdown.
 	Shutdown *cacher.Shutdown
@@ -111,8 +112,8 @@ func cacheConfig(o WatchCacheOptions) cacher.Config {
 		Shutdown:                 o.Shutdown,
 		// The storage codec's serializers are Codecs', made from Scheme.
 		Scheme: Scheme,
-		InitialEvents: cacher.NewInitialEventsGate(cacher.InitialEventsGateConfig{Concurrency: o.InitialEventsConcurrency,
+		InitialEvents: gate.NewInitialEvents(gate.InitialEventsConfig{Concurrency: o.InitialEventsConcurrency,
 			Foreground: o.Foreground, Share: o.InitialEventsShare, Slice: o.InitialEventsSlice}),
-		Lists: cacher.NewListGate(cacher.ListGateConfig{Concurrency: o.ListConcurrency}),
+		Lists: gate.NewLists(gate.ListsConfig{Concurrency: o.ListConcurrency}),
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/apiserver"
 	fleetopenapi "github.com/cached-apiserver/cached-apiserver/pkg/generated/openapi"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
 )
 
 // embedded reports whether the server runs its own etcd: no --etcd-servers.
@@ -143,7 +144,7 @@ func defaultListConcurrency() int { return goruntime.GOMAXPROCS(0) }
 
 // watchCacheOptions is what the watch-cache flags set, for the cache of
 // every resource.
-func (o *Options) watchCacheOptions(foreground cacher.Foreground, sizes map[schema.GroupResource]int) apiserver.WatchCacheOptions {
+func (o *Options) watchCacheOptions(foreground gate.Foreground, sizes map[schema.GroupResource]int) apiserver.WatchCacheOptions {
 	return apiserver.WatchCacheOptions{
 		Shutdown:                 o.shutdown,
 		Enabled:                  o.Recommended.Etcd.EnableWatchCache,

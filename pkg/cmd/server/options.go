@@ -22,6 +22,7 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apiserver"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
 )
 
 // The modes the server runs in.
@@ -123,8 +124,8 @@ func NewOptions(out io.Writer) *Options {
 		WarmStartRevisions:       cacher.DefaultWarmStartRevisions,
 		MaxWatches:               apiserver.DefaultMaxWatches,
 		InitialEventsConcurrency: defaultInitialEventsConcurrency(),
-		InitialEventsShare:       cacher.DefaultInitialEventsShare,
-		InitialEventsSlice:       cacher.DefaultInitialEventsSlice,
+		InitialEventsShare:       gate.DefaultShare,
+		InitialEventsSlice:       gate.DefaultSlice,
 		ListConcurrency:          defaultListConcurrency(),
 		HistoryBudget:            resource.QuantityValue{Quantity: *resource.NewQuantity(cacher.DefaultHistoryBudget, resource.BinarySI)},
 	}

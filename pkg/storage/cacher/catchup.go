@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
@@ -90,15 +91,15 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 
 // sendInitial streams a snapshot to a new watcher, in its turns at the gate.
 func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
-	turn, ok := d.gate.enter(w, d.metrics.initWaiting, d.metrics.initPaused)
-	defer turn.leave()
+	turn, ok := d.gate.Enter(gate.Stream{Events: w.ch, Done: w.done}, d.metrics.initWaiting, d.metrics.initPaused)
+	defer turn.Leave()
 	if !ok {
 		return false
 	}
 	sent := 0
 	each := func(o *object.Object) bool {
 		if w.filter.matches(o, d.pres, nil) {
-			ok = turn.send(watch.Event{Type: watch.Added, Object: d.pres.caching(o)})
+			ok = turn.Send(watch.Event{Type: watch.Added, Object: d.pres.caching(o)})
 			sent++
 		}
 		return ok
@@ -114,7 +115,7 @@ func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 	}
 	d.metrics.initEvents.Add(float64(sent))
 	if ok && init.endBookmark {
-		if ok = turn.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.RV, true)}); ok {
+		if ok = turn.Send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.RV, true)}); ok {
 			w.sent = init.snap.RV
 		}
 	}

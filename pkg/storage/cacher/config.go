@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
@@ -148,11 +149,11 @@ type Config struct {
 	// WatcherBuffer is the size of each watcher's channel.
 	WatcherBuffer int
 	// InitialEvents bounds how many watchers stream initial events at once,
-	// across the caches that share it; see InitialEventsGate. Nil: no bound.
-	InitialEvents *InitialEventsGate
+	// across the caches that share it; see gate.InitialEvents. Nil: no bound.
+	InitialEvents *gate.InitialEvents
 	// Lists bounds how many large lists are served at once, across
-	// the caches that share it; see ListGate. Nil: no bound.
-	Lists *ListGate
+	// the caches that share it; see gate.Lists. Nil: no bound.
+	Lists *gate.Lists
 	// Clock drives bookmarks and waits. Default: the real clock.
 	Clock clock.WithTicker
 

@@ -12,6 +12,7 @@ import (
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	"k8s.io/utils/clock"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
@@ -42,7 +43,7 @@ type dispatcher struct {
 	// bookmarkFrequency is how often a watcher that asked for bookmarks gets one.
 	bookmarkFrequency time.Duration
 	// gate bounds the watchers streaming initial events at once; nil: no bound.
-	gate *InitialEventsGate
+	gate *gate.InitialEvents
 
 	// mu guards the watcher index and lagging, every watcher's state and
 	// position, the bookmark schedule and headCh. It also serializes store

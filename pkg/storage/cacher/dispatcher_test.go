@@ -16,10 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
-	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
@@ -112,20 +112,6 @@ func receive(t *testing.T, w watch.Interface, n int) []got {
 	return out
 }
 
-// waitGauge waits until g reads n; what names what it counts.
-func waitGauge(t testing.TB, g compbasemetrics.GaugeMetric, n float64, what string) {
-	t.Helper()
-	var v float64
-	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
-		func(context.Context) (bool, error) {
-			var err error
-			v, err = testutil.GetGaugeMetricValue(g)
-			return v == n, err
-		}); err != nil {
-		t.Fatalf("%v %s, want %v", v, what, n)
-	}
-}
-
 func expectNothing(t *testing.T, w *watcher) {
 	t.Helper()
 	select {
@@ -162,7 +148,7 @@ func TestSelectorTransitions(t *testing.T) {
 	d.put("r", web, "")
 	d.put("r", db, "")
 	receive(t, w, 1)
-	e, _ := recvWithin(t, w.ch, "the leaving event")
+	e, _ := testkit.Recv(t, w.ch, "the leaving event")
 	if e.Type != watch.Deleted || metaOf(t, e.Object).GetLabels()["app"] != "web" {
 		t.Fatalf("leaving event %s carries labels %v, want the previous app=web", e.Type, metaOf(t, e.Object).GetLabels())
 	}
@@ -306,7 +292,7 @@ func TestParkedAgainRightAfterSyncing(t *testing.T) {
 		d.put(fmt.Sprintf("p%04d", i), nil, "")
 	}
 	for range ws {
-		if err, _ := recvWithin(t, results, "a watcher's result"); err != nil {
+		if err, _ := testkit.Recv(t, results, "a watcher's result"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -324,7 +310,7 @@ func TestWatcherFallsOffTheLog(t *testing.T) {
 	// It receives what it can, then a 410, then the channel closes.
 	var last watch.Event
 	for {
-		e, ok := recvWithin(t, slow.ResultChan(), "the slow watcher's events and end")
+		e, ok := testkit.Recv(t, slow.ResultChan(), "the slow watcher's events and end")
 		if !ok {
 			break
 		}
@@ -346,11 +332,11 @@ func TestWatchFromTooOldResourceVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, _ := recvWithin(t, wi.ResultChan(), "the 410")
+	e, _ := testkit.Recv(t, wi.ResultChan(), "the 410")
 	if status, ok := e.Object.(*metav1.Status); e.Type != watch.Error || !ok || status.Code != 410 {
 		t.Fatalf("got %s %v, want a 410 error", e.Type, e.Object)
 	}
-	if _, open := recvWithin(t, wi.ResultChan(), "the end after the 410"); open {
+	if _, open := testkit.Recv(t, wi.ResultChan(), "the end after the 410"); open {
 		t.Fatal("the watch must end after the error")
 	}
 }
@@ -459,7 +445,7 @@ func TestCompactedDropsHistory(t *testing.T) {
 	}
 	w := mustWatcher(t, d.dispatcher, "/pods/", true, storage.Everything, 4)
 	wi, _ := d.register(w, false, false, false, 3)
-	if e, _ := recvWithin(t, wi.ResultChan(), "the 410"); e.Type != watch.Error {
+	if e, _ := testkit.Recv(t, wi.ResultChan(), "the 410"); e.Type != watch.Error {
 		t.Fatalf("watch from before the compaction: got %s, want a 410 error", e.Type)
 	}
 }

@@ -26,7 +26,7 @@
 //     need a fresher cache wait for the head in freshness.go.
 //   - Lists read a snapshot of the store at their resourceVersion (list.go);
 //     watch-lists stream the snapshot and then join the fan-out
-//     (initial_events_gate.go paces them).
+//     (the gate package bounds and paces them, and bounds large lists).
 //   - Responses are the object's bytes where the client's encoding matches
 //     them, and decoded and encoded once per object version and encoding
 //     otherwise (internal/object: Codec, Caching).

@@ -20,6 +20,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
@@ -395,7 +396,7 @@ func createPod(t *testing.T, c *testCacher, name string) *example.Pod {
 
 func next(t *testing.T, w watch.Interface) watch.Event {
 	t.Helper()
-	ev, ok := recvWithin(t, w.ResultChan(), "no event")
+	ev, ok := testkit.Recv(t, w.ResultChan(), "no event")
 	if !ok {
 		t.Fatal("watch ended")
 	}

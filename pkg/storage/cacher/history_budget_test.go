@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 )
 
 // TestHistoryBudget writes 40 pods of 4 KiB through a cache whose history
@@ -42,7 +44,7 @@ func TestHistoryBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer old.Stop()
-	if ev, _ := recvWithin(t, old.ResultChan(), "the 410"); ev.Type != watch.Error || !apierrors.IsResourceExpired(apierrors.FromObject(ev.Object)) {
+	if ev, _ := testkit.Recv(t, old.ResultChan(), "the 410"); ev.Type != watch.Error || !apierrors.IsResourceExpired(apierrors.FromObject(ev.Object)) {
 		t.Fatalf("watch from an evicted resourceVersion: got %s %v, want 410 Expired", ev.Type, ev.Object)
 	}
 
@@ -52,7 +54,7 @@ func TestHistoryBudget(t *testing.T) {
 	}
 	defer recent.Stop()
 	for i := 36; i < 40; i++ {
-		ev, _ := recvWithin(t, recent.ResultChan(), "an event from a recent resourceVersion")
+		ev, _ := testkit.Recv(t, recent.ResultChan(), "an event from a recent resourceVersion")
 		if ev.Type != watch.Added {
 			t.Fatalf("watch from a recent resourceVersion: got %s %v", ev.Type, ev.Object)
 		}

@@ -190,7 +190,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, 
 // setItems puts objs in listObj's items, once the list gate lets a list of
 // that size through.
 func (c *Cacher) setItems(ctx context.Context, listObj runtime.Object, objs []*object.Object) error {
-	if err := c.cfg.Lists.enter(ctx, len(objs), c.metrics.listsWaiting); err != nil {
+	if err := c.cfg.Lists.Enter(ctx, len(objs), c.metrics.listsWaiting); err != nil {
 		// Its client left, or its deadline passed: 504, as for a request
 		// that timed out anywhere else.
 		return apierrors.NewTimeoutError(fmt.Sprintf("too many large lists at once: this list of %d %s waited "+

@@ -5,11 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage"
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 )
 
 // TestGaugeSharesAdd checks that two caches of one resource, as a server
@@ -85,22 +86,12 @@ func TestEncodedObjectsGauge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	recvWithin(t, w.ResultChan(), "the ADDED event")
+	testkit.Recv(t, w.ResultChan(), "the ADDED event")
 	// The gauge is shared with earlier tests' caches of pods.
 	c.d.metrics.encoded.Set(-1)
-	waitGauge := func(want float64) {
-		t.Helper()
-		var got float64
-		if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
-			got, _ = testutil.GetGaugeMetricValue(c.d.metrics.encoded.g)
-			return got == want, nil
-		}); err != nil {
-			t.Fatalf("encoded objects: %v, want %v", got, want)
-		}
-	}
 	// Each step fires the cache's tick, which sets the gauge.
 	clk.Step(bookmarkTick)
-	waitGauge(1)
+	testkit.WaitGauge(t, c.d.metrics.encoded.g, 1, "encoded objects")
 	clk.Step(DefaultEncodingTTL)
-	waitGauge(0)
+	testkit.WaitGauge(t, c.d.metrics.encoded.g, 0, "encoded objects")
 }

@@ -1,6 +1,7 @@
-package cacher
+package gate
 
 import (
+	"cmp"
 	"sync/atomic"
 	"time"
 
@@ -9,35 +10,35 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Defaults for InitialEventsGateConfig.
+// Defaults for InitialEventsConfig.
 const (
-	// DefaultInitialEventsTurn is the longest a watcher streams its initial
+	// DefaultTurn is the longest a watcher streams its initial
 	// events while others wait: long enough for a watch-list of 100,000
 	// objects of 1 KiB to finish in one turn (about 2 s on one core), so
 	// that watch-lists finish one after another rather than all at the end.
-	DefaultInitialEventsTurn = 5 * time.Second
-	// DefaultInitialEventsStall is how long a watcher may wait for its
+	DefaultTurn = 5 * time.Second
+	// DefaultStall is how long a watcher may wait for its
 	// client to take one event before its turn ends, if others wait. A
 	// client that keeps up takes an event in microseconds; one that waits
 	// on its network, or has stopped reading, uses no CPU and so should
 	// hold no turn.
-	DefaultInitialEventsStall = 100 * time.Millisecond
-	// DefaultInitialEventsShare is the part of the time a watcher streams
+	DefaultStall = 100 * time.Millisecond
+	// DefaultShare is the part of the time a watcher streams
 	// its initial events while the foreground is busy: half, which took
 	// the p99 of writes at 100/s beside 100 watch-lists of 10,000 objects
 	// on 2 cores from 18 to 9.5 ms, 0.12× to 0.064× of upstream's, the
 	// last watch-list ending with upstream's (docs/benchmarks.md, "What
 	// each mechanism buys").
-	DefaultInitialEventsShare = 0.5
-	// DefaultInitialEventsSlice is how long a watcher streams, while the
+	DefaultShare = 0.5
+	// DefaultSlice is how long a watcher streams, while the
 	// foreground is busy, before it pauses for the rest of its share:
 	// short, so that a request that arrives while it streams shares the
 	// CPU for little of its time.
-	DefaultInitialEventsSlice = 2 * time.Millisecond
-	// DefaultInitialEventsYield is the most a watcher may owe, in pauses
+	DefaultSlice = 2 * time.Millisecond
+	// DefaultYield is the most a watcher may owe, in pauses
 	// for requests in flight, to its streaming: enough to wait out a few
 	// writes of about 5 ms each.
-	DefaultInitialEventsYield = 20 * time.Millisecond
+	DefaultYield = 20 * time.Millisecond
 )
 
 // Foreground tells the gate whether requests that clients wait on, such
@@ -51,7 +52,7 @@ type Foreground interface {
 	InFlight() <-chan struct{}
 }
 
-// InitialEventsGate bounds how many watchers, across every cache built with
+// InitialEvents bounds how many watchers, across every cache built with
 // it, stream their initial events at once: watch-lists and watches from
 // resourceVersion 0. Streaming a state to a client costs a core per stream
 // in the watch handler (encoding, compression, TLS), and on a server with
@@ -81,7 +82,7 @@ type Foreground interface {
 // tells it so too (utilflowcontrol.WatchInitialized). The gate also holds
 // where priority and fairness is off, as in standalone mode, and for
 // requests it exempts.
-type InitialEventsGate struct {
+type InitialEvents struct {
 	// slots holds a token per turn being taken. Its senders wait in FIFO
 	// order, which makes the gate first come first served.
 	slots chan struct{}
@@ -100,16 +101,16 @@ type InitialEventsGate struct {
 	clock clock.Clock
 }
 
-// InitialEventsGateConfig configures NewInitialEventsGate.
-type InitialEventsGateConfig struct {
+// InitialEventsConfig configures NewInitialEvents.
+type InitialEventsConfig struct {
 	// Concurrency is how many watchers stream initial events at once; 0
 	// is no bound.
 	Concurrency int
 	// Turn is the longest a watcher keeps its turn while others wait.
-	// Default DefaultInitialEventsTurn.
+	// Default DefaultTurn.
 	Turn time.Duration
 	// Stall is how long a watcher keeps its turn, while others wait, when
-	// its client does not take an event. Default DefaultInitialEventsStall.
+	// its client does not take an event. Default DefaultStall.
 	Stall time.Duration
 	// Foreground, if set, paces the streams while it is busy: after each
 	// Slice of streaming, a watcher pauses for as long as makes its time
@@ -118,34 +119,34 @@ type InitialEventsGateConfig struct {
 	Foreground Foreground
 	// Share is the part of the time a watcher streams while the
 	// foreground is busy, above 0; 1 or more never pauses. Default
-	// DefaultInitialEventsShare.
+	// DefaultShare.
 	Share float64
 	// Slice is how long a watcher streams before it pauses. Default
-	// DefaultInitialEventsSlice.
+	// DefaultSlice.
 	Slice time.Duration
 	// Yield is the most time a watcher may hold for yielding to requests
 	// in flight, which it earns at (1-Share)/Share of its streaming time.
-	// Default DefaultInitialEventsYield.
+	// Default DefaultYield.
 	Yield time.Duration
 	// Clock times the turns. Default: the real clock.
 	Clock clock.Clock
 }
 
-// NewInitialEventsGate returns a gate for cfg.Concurrency streams at once,
+// NewInitialEvents returns a gate for cfg.Concurrency streams at once,
 // or nil, which bounds nothing, if cfg.Concurrency is not positive.
-func NewInitialEventsGate(cfg InitialEventsGateConfig) *InitialEventsGate {
+func NewInitialEvents(cfg InitialEventsConfig) *InitialEvents {
 	if cfg.Concurrency <= 0 {
 		return nil
 	}
-	setDefault(&cfg.Turn, DefaultInitialEventsTurn)
-	setDefault(&cfg.Stall, DefaultInitialEventsStall)
-	setDefault(&cfg.Share, DefaultInitialEventsShare)
-	setDefault(&cfg.Slice, DefaultInitialEventsSlice)
-	setDefault(&cfg.Yield, DefaultInitialEventsYield)
+	cfg.Turn = cmp.Or(cfg.Turn, DefaultTurn)
+	cfg.Stall = cmp.Or(cfg.Stall, DefaultStall)
+	cfg.Share = cmp.Or(cfg.Share, DefaultShare)
+	cfg.Slice = cmp.Or(cfg.Slice, DefaultSlice)
+	cfg.Yield = cmp.Or(cfg.Yield, DefaultYield)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	g := &InitialEventsGate{slots: make(chan struct{}, cfg.Concurrency), turn: cfg.Turn, stall: cfg.Stall,
+	g := &InitialEvents{slots: make(chan struct{}, cfg.Concurrency), turn: cfg.Turn, stall: cfg.Stall,
 		fg: cfg.Foreground, slice: cfg.Slice, yield: cfg.Yield, clock: cfg.Clock}
 	if cfg.Share < 1 {
 		g.rate = (1 - cfg.Share) / cfg.Share
@@ -156,11 +157,34 @@ func NewInitialEventsGate(cfg InitialEventsGateConfig) *InitialEventsGate {
 	return g
 }
 
-// gateTurn is one watcher's passage through the gate. A nil gate lets
-// every watcher through at once.
-type gateTurn struct {
-	g       *InitialEventsGate
-	w       *watcher
+// Stream is the watcher a turn sends to.
+type Stream struct {
+	// Events is the watcher's channel.
+	Events chan<- watch.Event
+	// Done is closed when the watcher stops.
+	Done <-chan struct{}
+}
+
+// send delivers ev, or reports false once the watcher stopped.
+func (s Stream) send(ev watch.Event) bool {
+	select {
+	case <-s.Done:
+		return false
+	default:
+	}
+	select {
+	case s.Events <- ev:
+		return true
+	case <-s.Done:
+		return false
+	}
+}
+
+// Turn is one watcher's passage through the gate. A nil gate lets every
+// watcher through at once.
+type Turn struct {
+	g       *InitialEvents
+	w       Stream
 	waiting compbasemetrics.GaugeMetric
 	// paused counts the seconds the watcher pauses for the foreground.
 	paused compbasemetrics.CounterMetric
@@ -179,14 +203,14 @@ type gateTurn struct {
 	credit time.Duration
 }
 
-// enter waits for a turn for w, or until w stops. waiting counts the
+// Enter waits for a turn for w, or until w stops. waiting counts the
 // watchers waiting for one, paused the seconds w pauses in its turns.
-func (g *InitialEventsGate) enter(w *watcher, waiting compbasemetrics.GaugeMetric, paused compbasemetrics.CounterMetric) (*gateTurn, bool) {
-	t := &gateTurn{g: g, w: w, waiting: waiting, paused: paused}
+func (g *InitialEvents) Enter(w Stream, waiting compbasemetrics.GaugeMetric, paused compbasemetrics.CounterMetric) (*Turn, bool) {
+	t := &Turn{g: g, w: w, waiting: waiting, paused: paused}
 	return t, t.acquire()
 }
 
-func (t *gateTurn) acquire() bool {
+func (t *Turn) acquire() bool {
 	if t.g == nil {
 		return true
 	}
@@ -201,7 +225,7 @@ func (t *gateTurn) acquire() bool {
 		}()
 		select {
 		case t.g.slots <- struct{}{}:
-		case <-t.w.done:
+		case <-t.w.Done:
 			return false
 		}
 	}
@@ -212,7 +236,7 @@ func (t *gateTurn) acquire() bool {
 }
 
 // renewTurn starts the current turn again, as when nobody waits at its end.
-func (t *gateTurn) renewTurn() {
+func (t *Turn) renewTurn() {
 	t.turnEnd = t.g.clock.Now().Add(t.g.turn)
 	t.timer.Reset(t.g.turn)
 }
@@ -222,7 +246,7 @@ func (t *gateTurn) renewTurn() {
 // Otherwise a watch-list that needs about a turn of streaming, paced to
 // half the time, would end its turn just before its end, and queue
 // behind every other.
-func (t *gateTurn) extendTurn(d time.Duration) {
+func (t *Turn) extendTurn(d time.Duration) {
 	if !t.timer.Stop() {
 		// It fired during the pause; its value, if any, is stale.
 		select {
@@ -242,7 +266,7 @@ const minRun = 100 * time.Microsecond
 // in flight, for as long as its credit lasts, and once it has streamed for
 // a slice, for as long as keeps its streaming to its share of the time. It
 // reports false if the watcher stopped meanwhile.
-func (t *gateTurn) pace() bool {
+func (t *Turn) pace() bool {
 	if t.g.fg == nil || t.g.pause == 0 {
 		return true
 	}
@@ -275,19 +299,19 @@ func (t *gateTurn) pace() bool {
 }
 
 // earn credits the watcher for ran of streaming.
-func (t *gateTurn) earn(ran time.Duration) {
+func (t *Turn) earn(ran time.Duration) {
 	t.credit = min(t.credit+time.Duration(float64(ran)*t.g.rate), t.g.yield)
 }
 
 // pauseFor pauses the watcher for d, or until until is closed, from now.
 // A yield spends the watcher's credit.
-func (t *gateTurn) pauseFor(now time.Time, until <-chan struct{}, d time.Duration, yield bool) bool {
+func (t *Turn) pauseFor(now time.Time, until <-chan struct{}, d time.Duration, yield bool) bool {
 	pause := t.g.clock.NewTimer(d)
 	defer pause.Stop()
 	select {
 	case <-pause.C():
 	case <-until:
-	case <-t.w.done:
+	case <-t.w.Done:
 		return false
 	}
 	t.sliceStart = t.g.clock.Now()
@@ -300,8 +324,8 @@ func (t *gateTurn) pauseFor(now time.Time, until <-chan struct{}, d time.Duratio
 	return true
 }
 
-// leave gives the turn up, if the watcher holds one.
-func (t *gateTurn) leave() {
+// Leave gives the turn up, if the watcher holds one.
+func (t *Turn) Leave() {
 	if t.stall != nil {
 		t.stall.Stop()
 	}
@@ -315,7 +339,7 @@ func (t *gateTurn) leave() {
 
 // stalled returns a channel that fires when a send has waited a stall's
 // length for the client.
-func (t *gateTurn) stalled() <-chan time.Time {
+func (t *Turn) stalled() <-chan time.Time {
 	if t.stall == nil {
 		t.stall = t.g.clock.NewTimer(t.g.stall)
 	} else {
@@ -324,13 +348,13 @@ func (t *gateTurn) stalled() <-chan time.Time {
 	return t.stall.C()
 }
 
-// send delivers ev to the watcher like watcher.send, within the watcher's
-// turn. When the turn is over the watcher lets the first one waiting go,
+// Send delivers ev to the watcher, or reports false once it stopped,
+// within the watcher's turn. When the turn is over the watcher lets the first one waiting go,
 // and queues again: at once if its client keeps up, once the client takes
 // ev if not. A client that stalls for a stall's length while others wait
 // ends the turn the same way, so that it waits for its client without a
 // turn.
-func (t *gateTurn) send(ev watch.Event) bool {
+func (t *Turn) Send(ev watch.Event) bool {
 	if t.g == nil {
 		return t.w.send(ev)
 	}
@@ -343,26 +367,26 @@ func (t *gateTurn) send(ev watch.Event) bool {
 			t.renewTurn()
 			break
 		}
-		t.leave()
+		t.Leave()
 		if !t.acquire() {
 			return false
 		}
 	default:
 	}
 	select {
-	case t.w.ch <- ev:
+	case t.w.Events <- ev:
 		return true
-	case <-t.w.done:
+	case <-t.w.Done:
 		return false
 	default:
 	}
 	stalled := t.stalled()
 	for {
 		select {
-		case t.w.ch <- ev:
+		case t.w.Events <- ev:
 			t.stall.Stop()
 			return true
-		case <-t.w.done:
+		case <-t.w.Done:
 			return false
 		case <-t.timer.C():
 			if t.g.waiting.Load() == 0 {
@@ -376,7 +400,7 @@ func (t *gateTurn) send(ev watch.Event) bool {
 			}
 		}
 		// Others wait: they go first while this client catches up.
-		t.leave()
+		t.Leave()
 		return t.w.send(ev) && t.acquire()
 	}
 }

@@ -1,9 +1,9 @@
-package cacher
+package gate
 
 import (
 	"context"
-	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,20 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/apiserver/pkg/apis/example"
-	"k8s.io/apiserver/pkg/storage"
-	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
+	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
-	"k8s.io/utils/ptr"
-)
+	testingclock "k8s.io/utils/clock/testing"
 
-// gateHarness is a dispatcher with a gate, three objects and watch-lists
-// whose consumers the test drives: each watcher's buffer holds one event,
-// so a watcher whose consumer does not read blocks in its turn.
-type gateHarness struct {
-	*testDispatcher
-	t *testing.T
-}
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
+)
 
 // The turn and the stall in these tests, unless a test sets its own.
 const (
@@ -32,77 +24,136 @@ const (
 	testStall = 100 * time.Millisecond
 )
 
-func newGateHarness(t *testing.T, concurrency int) *gateHarness {
-	return newGateHarnessWith(t, InitialEventsGateConfig{Concurrency: concurrency, Turn: testTurn, Stall: testStall})
+// harness is a gate on a fake clock and watch-lists that stream three
+// objects, a, b and c, and a bookmark through it, as the cache streams a
+// snapshot. Each watcher's buffer holds one event, so a watcher whose
+// consumer the test does not read blocks in its turn.
+type harness struct {
+	t       *testing.T
+	g       *InitialEvents
+	clock   *testingclock.FakeClock
+	waiters *compbasemetrics.Gauge
+	paused  *compbasemetrics.Counter
 }
 
-func newGateHarnessWith(t *testing.T, cfg InitialEventsGateConfig) *gateHarness {
-	d := newTestDispatcher(64)
-	if cfg.Concurrency > 0 {
-		cfg.Clock = d.clock
-		d.gate = NewInitialEventsGate(cfg)
-	}
-	for _, name := range []string{"a", "b", "c"} {
-		d.put(name, nil, "")
-	}
-	return &gateHarness{testDispatcher: d, t: t}
+func newHarness(t *testing.T, concurrency int) *harness {
+	return newHarnessWith(t, InitialEventsConfig{Concurrency: concurrency, Turn: testTurn, Stall: testStall})
 }
 
-// watchList registers a watch-list with an initial-events-end bookmark.
-func (h *gateHarness) watchList() *watcher {
-	h.t.Helper()
-	pred := storage.Everything
-	pred.AllowWatchBookmarks = true
-	w := mustWatcher(h.t, h.dispatcher, "/pods/", true, pred, 1)
-	if _, err := h.register(w, true, true, false, 0); err != nil {
-		h.t.Fatal(err)
-	}
-	h.t.Cleanup(w.Stop)
-	return w
+func newHarnessWith(t *testing.T, cfg InitialEventsConfig) *harness {
+	h := &harness{t: t, clock: testingclock.NewFakeClock(time.Unix(10_000, 0)),
+		waiters: compbasemetrics.NewGauge(&compbasemetrics.GaugeOpts{Name: "waiting_test"}),
+		paused:  compbasemetrics.NewCounter(&compbasemetrics.CounterOpts{Name: "paused_test"})}
+	compbasemetrics.NewKubeRegistry().MustRegister(h.waiters, h.paused)
+	cfg.Clock = h.clock
+	h.g = NewInitialEvents(cfg)
+	return h
+}
+
+// stream is a watcher: its buffer, and done, closed when it stops.
+type stream struct {
+	ch   chan watch.Event
+	done chan struct{}
+	stop func()
+}
+
+// watchList starts a watcher streaming its initial events through the gate.
+func (h *harness) watchList() *stream {
+	s := &stream{ch: make(chan watch.Event, 1), done: make(chan struct{})}
+	s.stop = sync.OnceFunc(func() { close(s.done) })
+	go func() {
+		defer close(s.ch)
+		turn, ok := h.g.Enter(Stream{Events: s.ch, Done: s.done}, h.waiters, h.paused)
+		defer turn.Leave()
+		for _, name := range []string{"a", "b", "c"} {
+			if ok = ok && turn.Send(watch.Event{Type: watch.Added, Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}}}); !ok {
+				return
+			}
+		}
+		turn.Send(watch.Event{Type: watch.Bookmark, Object: &metav1.PartialObjectMetadata{}})
+	}()
+	h.t.Cleanup(s.stop)
+	return s
 }
 
 // waiting waits until n watchers wait for a turn, as the gauge says.
-func (h *gateHarness) waiting(n int) {
+func (h *harness) waiting(n int) {
 	h.t.Helper()
-	waitGauge(h.t, h.metrics.initWaiting, float64(n), "watchers waiting for a turn")
+	testkit.WaitGauge(h.t, h.waiters, float64(n), "watchers waiting for a turn")
+}
+
+// receive reads n events from s: an object's name, or "bookmark".
+func receive(t *testing.T, s *stream, n int) []string {
+	t.Helper()
+	var out []string
+	for len(out) < n {
+		e, ok := testkit.Recv(t, s.ch, "an event")
+		if !ok {
+			t.Fatalf("the stream ended after %v", out)
+		}
+		name := e.Object.(*metav1.PartialObjectMetadata).Name
+		if e.Type == watch.Bookmark {
+			name = "bookmark"
+		}
+		out = append(out, name)
+	}
+	return out
 }
 
 // initialEvents reads a watch-list's three objects and its bookmark.
-func (h *gateHarness) initialEvents(w *watcher) {
+func (h *harness) initialEvents(s *stream) {
 	h.t.Helper()
-	got := receive(h.t, w, 4)
-	if got[0].name != "a" || got[2].name != "c" || got[3].typ != watch.Bookmark {
-		h.t.Fatalf("initial events: %v", got)
+	h.initialEventsAfter(s, "a")
+}
+
+// initialEventsAfter reads a watch-list's events from the object named
+// first to its bookmark.
+func (h *harness) initialEventsAfter(s *stream, first string) {
+	h.t.Helper()
+	want := map[string][]string{"a": {"a", "b", "c", "bookmark"}, "b": {"b", "c", "bookmark"}, "c": {"c", "bookmark"}}[first]
+	if got := receive(h.t, s, len(want)); !slices.Equal(got, want) {
+		h.t.Fatalf("events from %s: %v, want %v", first, got, want)
 	}
 }
 
 // timers waits until n timers wait on the fake clock.
-func timers(t *testing.T, h *gateHarness, n int) {
-	t.Helper()
+func (h *harness) timers(n int) {
+	h.t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
 		func(context.Context) (bool, error) { return h.clock.Waiters() == n, nil }); err != nil {
-		t.Fatalf("%d timers on the clock, want %d", h.clock.Waiters(), n)
+		h.t.Fatalf("%d timers on the clock, want %d", h.clock.Waiters(), n)
 	}
 }
 
-// blocked waits until w's consumer holds one undelivered event: its
-// catch-up goroutine is sending the next.
-func blocked(t *testing.T, w *watcher) {
+// blocked waits until s's consumer holds one undelivered event: the
+// watcher is sending the next.
+func blocked(t *testing.T, s *stream) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
-		func(context.Context) (bool, error) { return len(w.ch) == cap(w.ch), nil }); err != nil {
+		func(context.Context) (bool, error) { return len(s.ch) == cap(s.ch), nil }); err != nil {
 		t.Fatal("the watcher never filled its buffer")
 	}
 }
 
-func TestInitialEventsGate(t *testing.T) {
+// expectNothing checks that s holds no event. A watcher that waits for a
+// turn sends nothing, so nothing is there to wait for.
+func expectNothing(t *testing.T, s *stream) {
+	t.Helper()
+	select {
+	case e := <-s.ch:
+		t.Fatalf("unexpected event %v", e)
+	default:
+	}
+}
+
+func TestInitialEvents(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		run  func(t *testing.T)
 	}{{
 		name: "a watch-list waits while another streams, and streams once it is done",
 		run: func(t *testing.T) {
-			h := newGateHarness(t, 1)
+			h := newHarness(t, 1)
 			first := h.watchList()
 			blocked(t, first)
 			second := h.watchList()
@@ -115,7 +166,7 @@ func TestInitialEventsGate(t *testing.T) {
 	}, {
 		name: "first come, first served",
 		run: func(t *testing.T) {
-			h := newGateHarness(t, 1)
+			h := newHarness(t, 1)
 			first := h.watchList()
 			blocked(t, first)
 			second := h.watchList()
@@ -132,10 +183,10 @@ func TestInitialEventsGate(t *testing.T) {
 	}, {
 		name: "a stalled watch-list gives its turn up, and queues again once its client reads",
 		run: func(t *testing.T) {
-			h := newGateHarness(t, 1)
+			h := newHarness(t, 1)
 			stalled := h.watchList()
 			blocked(t, stalled)
-			timers(t, h, 2) // the turn's and the stall's
+			h.timers(2) // the turn's and the stall's
 			next := h.watchList()
 			h.waiting(1)
 			h.clock.Step(testStall)
@@ -145,10 +196,10 @@ func TestInitialEventsGate(t *testing.T) {
 	}, {
 		name: "a shorter stall keeps the turn",
 		run: func(t *testing.T) {
-			h := newGateHarness(t, 1)
+			h := newHarness(t, 1)
 			stalled := h.watchList()
 			blocked(t, stalled)
-			timers(t, h, 2)
+			h.timers(2)
 			next := h.watchList()
 			h.waiting(1)
 			h.clock.Step(testStall - time.Millisecond)
@@ -160,14 +211,14 @@ func TestInitialEventsGate(t *testing.T) {
 	}, {
 		name: "a stall with nobody waiting keeps the turn, and ends it once somebody waits",
 		run: func(t *testing.T) {
-			h := newGateHarness(t, 1)
+			h := newHarness(t, 1)
 			stalled := h.watchList()
 			blocked(t, stalled)
 			// The turn's timer and the stall's.
-			timers(t, h, 2)
+			h.timers(2)
 			h.clock.Step(testStall)
 			// The stall's timer starts again when it finds nobody waiting.
-			timers(t, h, 2)
+			h.timers(2)
 			next := h.watchList()
 			h.waiting(1)
 			expectNothing(t, next)
@@ -178,7 +229,7 @@ func TestInitialEventsGate(t *testing.T) {
 	}, {
 		name: "a turn ends after its length while others wait, stalled or not",
 		run: func(t *testing.T) {
-			h := newGateHarnessWith(t, InitialEventsGateConfig{Concurrency: 1, Turn: time.Second, Stall: time.Hour})
+			h := newHarnessWith(t, InitialEventsConfig{Concurrency: 1, Turn: time.Second, Stall: time.Hour})
 			slow := h.watchList()
 			blocked(t, slow)
 			next := h.watchList()
@@ -192,14 +243,14 @@ func TestInitialEventsGate(t *testing.T) {
 	}, {
 		name: "a watch-list that ends while waiting leaves the queue",
 		run: func(t *testing.T) {
-			h := newGateHarness(t, 1)
+			h := newHarness(t, 1)
 			first := h.watchList()
 			blocked(t, first)
 			gone := h.watchList()
 			h.waiting(1)
-			gone.Stop()
+			gone.stop()
 			h.waiting(0)
-			if _, open := recvWithin(t, gone.ResultChan(), "the end of the stopped watch"); open {
+			if _, open := testkit.Recv(t, gone.ch, "the end of the stopped watch"); open {
 				t.Fatal("a watcher stopped while waiting delivered an event")
 			}
 			h.initialEvents(first)
@@ -207,18 +258,18 @@ func TestInitialEventsGate(t *testing.T) {
 	}, {
 		name: "a watch-list that ends in its turn lets the next one in",
 		run: func(t *testing.T) {
-			h := newGateHarness(t, 1)
+			h := newHarness(t, 1)
 			first := h.watchList()
 			blocked(t, first)
 			next := h.watchList()
 			h.waiting(1)
-			first.Stop()
+			first.stop()
 			h.initialEvents(next)
 		},
 	}, {
 		name: "two turns at once",
 		run: func(t *testing.T) {
-			h := newGateHarness(t, 2)
+			h := newHarness(t, 2)
 			first, second := h.watchList(), h.watchList()
 			blocked(t, first)
 			blocked(t, second)
@@ -232,24 +283,11 @@ func TestInitialEventsGate(t *testing.T) {
 	}, {
 		name: "no gate: every watch-list streams at once",
 		run: func(t *testing.T) {
-			h := newGateHarness(t, 0)
+			h := newHarness(t, 0)
 			first := h.watchList()
 			blocked(t, first)
 			second := h.watchList()
 			h.initialEvents(second)
-			h.initialEvents(first)
-		},
-	}, {
-		name: "a watch from a resourceVersion does not wait",
-		run: func(t *testing.T) {
-			h := newGateHarness(t, 1)
-			first := h.watchList()
-			blocked(t, first)
-			resumed := h.watch(t, storage.Everything, 10)
-			h.put("d", nil, "")
-			if got := receive(t, resumed, 1); got[0].name != "d" {
-				t.Fatalf("resumed watch got %v", got)
-			}
 			h.initialEvents(first)
 		},
 	}} {
@@ -257,82 +295,15 @@ func TestInitialEventsGate(t *testing.T) {
 	}
 }
 
-func TestNewInitialEventsGate(t *testing.T) {
+func TestNewInitialEvents(t *testing.T) {
 	for _, n := range []int{0, -1} {
-		if g := NewInitialEventsGate(InitialEventsGateConfig{Concurrency: n}); g != nil {
+		if g := NewInitialEvents(InitialEventsConfig{Concurrency: n}); g != nil {
 			t.Errorf("concurrency %d: a gate, want none (no bound)", n)
 		}
 	}
-	if g := NewInitialEventsGate(InitialEventsGateConfig{Concurrency: 3}); g == nil || cap(g.slots) != 3 {
-		t.Errorf("concurrency 3: %v", g)
-	}
-}
-
-// TestWatchInitializedAfterInitialEvents checks what priority and fairness
-// learns from the cache: a watch-list is executing until its initial
-// events are sent, as upstream's cache reports, so that its seats bound
-// how many stream at once; a watch with no initial events is initialized
-// when it is set up.
-func TestWatchInitializedAfterInitialEvents(t *testing.T) {
-	c := newTestCacher(t, func(o *setupOptions) { o.config = func(cfg *Config) { cfg.WatcherBuffer = 1 } })
-	ctx := context.Background()
-	var rv string
-	for i := range 3 {
-		out := &example.Pod{}
-		pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Namespace: "ns"}}
-		if err := c.Create(ctx, "/pods/ns/"+pod.Name, pod, out, 0); err != nil {
-			t.Fatal(err)
-		}
-		rv = out.ResourceVersion
-	}
-	signal := newSignal()
-	pred := storage.Everything
-	pred.AllowWatchBookmarks = true
-	w, err := c.Watch(utilflowcontrol.WithInitializationSignal(ctx, signal), "/pods/", storage.ListOptions{
-		Recursive: true, Predicate: pred, SendInitialEvents: ptr.To(true)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	// The first event fills the buffer: the second is being sent.
-	blocked(t, w.(*watcher))
-	if signal.signaled() {
-		t.Fatal("the watch-list was initialized before its initial events were sent")
-	}
-	if got := receive(t, w, 4); got[3].typ != watch.Bookmark {
-		t.Fatalf("initial events: %v", got)
-	}
-	recvWithin(t, signal.done, "the watch-list never reported its initial events sent")
-
-	signal = newSignal()
-	resumed, err := c.Watch(utilflowcontrol.WithInitializationSignal(ctx, signal), "/pods/", storage.ListOptions{
-		Recursive: true, Predicate: storage.Everything, ResourceVersion: rv})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resumed.Stop()
-	if !signal.signaled() {
-		t.Fatal("a watch from a resourceVersion was not initialized when set up")
-	}
-}
-
-// signal is an InitializationSignal that can be looked at.
-type signal struct {
-	once sync.Once
-	done chan struct{}
-}
-
-func newSignal() *signal { return &signal{done: make(chan struct{})} }
-
-func (s *signal) Signal() { s.once.Do(func() { close(s.done) }) }
-func (s *signal) Wait()   { <-s.done }
-
-func (s *signal) signaled() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
+	g := NewInitialEvents(InitialEventsConfig{Concurrency: 3})
+	if g == nil || cap(g.slots) != 3 || g.turn != DefaultTurn || g.stall != DefaultStall || g.slice != DefaultSlice || g.yield != DefaultYield {
+		t.Errorf("concurrency 3, the rest defaults: %+v", g)
 	}
 }
 
@@ -354,7 +325,7 @@ func (f *fakeForeground) Busy() bool {
 // as asked tells.
 func waitAsked(t *testing.T, asked <-chan struct{}, what string) {
 	t.Helper()
-	recvWithin(t, asked, "the watcher never asked "+what)
+	testkit.Recv(t, asked, "the watcher never asked "+what)
 }
 
 func (f *fakeForeground) InFlight() <-chan struct{} {
@@ -387,12 +358,12 @@ func TestInitialEventsYield(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fg := &fakeForeground{busy: true, asked: make(chan struct{}, 1), inFlight: make(chan struct{}),
 				flightAsked: make(chan struct{}, 1)}
-			h := newGateHarnessWith(t, InitialEventsGateConfig{Concurrency: 1, Turn: testTurn, Stall: testStall,
+			h := newHarnessWith(t, InitialEventsConfig{Concurrency: 1, Turn: testTurn, Stall: testStall,
 				Foreground: fg, Share: 0.5, Slice: time.Hour})
 			w := h.watchList()
 			blocked(t, w) // "a" is in the buffer, "b" waits for room
 			h.clock.Step(tc.ran)
-			if got := receive(t, w, 1); got[0].name != "a" {
+			if got := receive(t, w, 1); got[0] != "a" {
 				t.Fatalf("first event %v", got)
 			}
 			if !tc.yield {
@@ -402,8 +373,8 @@ func TestInitialEventsYield(t *testing.T) {
 			// "b" went out; before "c" the watcher asks for requests in
 			// flight, and yields.
 			waitAsked(t, fg.flightAsked, "for requests in flight")
-			timers(t, h, 2) // the turn's and the yield's
-			if got := receive(t, w, 1); got[0].name != "b" {
+			h.timers(2) // the turn's and the yield's
+			if got := receive(t, w, 1); got[0] != "b" {
 				t.Fatalf("second event %v", got)
 			}
 			expectNothing(t, w)
@@ -445,14 +416,14 @@ func TestInitialEventsPace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fg := &fakeForeground{busy: tc.busy, asked: make(chan struct{}, 1)}
-			h := newGateHarnessWith(t, InitialEventsGateConfig{Concurrency: 1, Turn: testTurn, Stall: testStall,
+			h := newHarnessWith(t, InitialEventsConfig{Concurrency: 1, Turn: testTurn, Stall: testStall,
 				Foreground: fg, Share: tc.share, Slice: slice})
-			pausedBefore, _ := testutil.GetCounterMetricValue(h.metrics.initPaused)
+			pausedBefore, _ := testutil.GetCounterMetricValue(h.paused)
 			w := h.watchList()
 			// "a" is in the buffer, "b" waits for room; a slice passes.
 			blocked(t, w)
 			h.clock.Step(slice)
-			if got := receive(t, w, 1); got[0].name != "a" {
+			if got := receive(t, w, 1); got[0] != "a" {
 				t.Fatalf("first event %v", got)
 			}
 			if tc.share >= 1 {
@@ -470,13 +441,13 @@ func TestInitialEventsPace(t *testing.T) {
 				h.initialEventsAfter(w, "b")
 				return
 			}
-			timers(t, h, 2) // the turn's and the pause's
-			if got := receive(t, w, 1); got[0].name != "b" {
+			h.timers(2) // the turn's and the pause's
+			if got := receive(t, w, 1); got[0] != "b" {
 				t.Fatalf("second event %v", got)
 			}
 			if tc.stop {
-				w.Stop()
-				if _, open := recvWithin(t, w.ResultChan(), "the end of the stopped watch"); open {
+				w.stop()
+				if _, open := testkit.Recv(t, w.ch, "the end of the stopped watch"); open {
 					t.Fatal("a watcher stopped in its pause delivered an event")
 				}
 				return
@@ -489,21 +460,10 @@ func TestInitialEventsPace(t *testing.T) {
 			expectNothing(t, w)
 			h.clock.Step(time.Microsecond)
 			h.initialEventsAfter(w, "c")
-			if paused, _ := testutil.GetCounterMetricValue(h.metrics.initPaused); math.Abs(paused-pausedBefore-tc.pause.Seconds()) > 1e-9 {
+			if paused, _ := testutil.GetCounterMetricValue(h.paused); math.Abs(paused-pausedBefore-tc.pause.Seconds()) > 1e-9 {
 				t.Errorf("%vs paused, as the metric says, want %v", paused-pausedBefore, tc.pause.Seconds())
 			}
 		})
-	}
-}
-
-// initialEventsAfter reads a watch-list's events from the object named
-// first to its bookmark.
-func (h *gateHarness) initialEventsAfter(w *watcher, first string) {
-	h.t.Helper()
-	n := map[string]int{"b": 3, "c": 2}[first]
-	got := receive(h.t, w, n)
-	if got[0].name != first || got[n-1].typ != watch.Bookmark {
-		h.t.Fatalf("events from %s: %v", first, got)
 	}
 }
 
@@ -512,19 +472,19 @@ func (h *gateHarness) initialEventsAfter(w *watcher, first string) {
 func TestInitialEventsPauseKeepsTurn(t *testing.T) {
 	const slice = 2 * time.Millisecond
 	fg := &fakeForeground{busy: true, asked: make(chan struct{}, 1)}
-	h := newGateHarnessWith(t, InitialEventsGateConfig{Concurrency: 1, Turn: 3 * time.Millisecond, Stall: time.Hour,
+	h := newHarnessWith(t, InitialEventsConfig{Concurrency: 1, Turn: 3 * time.Millisecond, Stall: time.Hour,
 		Foreground: fg, Share: 0.5, Slice: slice})
 	first := h.watchList()
 	blocked(t, first) // "a" is in the buffer, "b" waits for room
 	next := h.watchList()
 	h.waiting(1)
 	h.clock.Step(slice)
-	if got := receive(t, first, 1); got[0].name != "a" {
+	if got := receive(t, first, 1); got[0] != "a" {
 		t.Fatalf("first event %v", got)
 	}
 	// "b" went out; "c" waits for the pause.
 	waitAsked(t, fg.asked, "whether the foreground is busy")
-	timers(t, h, 2) // the turn's and the pause's
+	h.timers(2) // the turn's and the pause's
 	// The turn's end (3 ms) passes in the pause (2 to 4 ms), which moves
 	// it to 5 ms: the watch-list sends the rest in its turn, before the
 	// next one streams. Had the turn ended, it would wait for the next

@@ -1,6 +1,7 @@
-package cacher
+package gate
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -9,21 +10,21 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Defaults for ListGateConfig.
+// Defaults for ListsConfig.
 const (
-	// DefaultListGateMinItems is the size from which a list goes through
+	// DefaultListMinItems is the size from which a list goes through
 	// the gate: it takes the handler tens of milliseconds or more to
 	// encode, and a list that copies its items (not a SharingList) holds
 	// 3-4 MB of them, about 350 bytes an Assignment whatever its payload.
-	DefaultListGateMinItems = 10_000
-	// DefaultListGateHold is the longest a list keeps its place: a list of
+	DefaultListMinItems = 10_000
+	// DefaultListHold is the longest a list keeps its place: a list of
 	// 100,000 objects of 1 KiB is written in about 2 s. A client that reads
 	// slower than that, or a caller whose context never ends, delays the
 	// lists behind it by at most this.
-	DefaultListGateHold = 10 * time.Second
+	DefaultListHold = 10 * time.Second
 )
 
-// ListGate bounds how many large lists, across every cache built with it,
+// Lists bounds how many large lists, across every cache built with it,
 // are served at once. Writing a list's response takes a core (encoding,
 // compression, TLS): lists beyond the cores only wait for CPU, holding
 // their items meanwhile. A SharingList holds 16 bytes an item; a list at
@@ -40,7 +41,7 @@ const (
 // of many objects as several seats but does not bound their memory; the
 // gate also holds where priority and fairness is off, as in standalone
 // mode, and for requests it exempts.
-type ListGate struct {
+type Lists struct {
 	// slots holds a token per list in the gate. Its senders wait in FIFO
 	// order, which makes the gate first come first served.
 	slots    chan struct{}
@@ -49,39 +50,39 @@ type ListGate struct {
 	clock    clock.WithDelayedExecution
 }
 
-// ListGateConfig configures NewListGate.
-type ListGateConfig struct {
+// ListsConfig configures NewLists.
+type ListsConfig struct {
 	// Concurrency is how many large lists are served at once; 0 is
 	// no bound.
 	Concurrency int
 	// MinItems is the size from which a list goes through the gate.
-	// Default DefaultListGateMinItems.
+	// Default DefaultListMinItems.
 	MinItems int
-	// Hold is the longest a list keeps its place. Default DefaultListGateHold.
+	// Hold is the longest a list keeps its place. Default DefaultListHold.
 	Hold time.Duration
 	// Clock times the holds. Default: the real clock.
 	Clock clock.WithDelayedExecution
 }
 
-// NewListGate returns a gate for cfg.Concurrency large lists at once, or
+// NewLists returns a gate for cfg.Concurrency large lists at once, or
 // nil, which bounds nothing, if cfg.Concurrency is not positive.
-func NewListGate(cfg ListGateConfig) *ListGate {
+func NewLists(cfg ListsConfig) *Lists {
 	if cfg.Concurrency <= 0 {
 		return nil
 	}
-	setDefault(&cfg.MinItems, DefaultListGateMinItems)
-	setDefault(&cfg.Hold, DefaultListGateHold)
+	cfg.MinItems = cmp.Or(cfg.MinItems, DefaultListMinItems)
+	cfg.Hold = cmp.Or(cfg.Hold, DefaultListHold)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &ListGate{slots: make(chan struct{}, cfg.Concurrency), minItems: cfg.MinItems, hold: cfg.Hold, clock: cfg.Clock}
+	return &Lists{slots: make(chan struct{}, cfg.Concurrency), minItems: cfg.MinItems, hold: cfg.Hold, clock: cfg.Clock}
 }
 
-// enter waits for a place for a list of items, unless it is small, or
+// Enter waits for a place for a list of items, unless it is small, or
 // until ctx ends. The list keeps its place until ctx ends, which for a
 // request is when its response was written, or for a hold's length.
 // waiting counts the lists waiting for one.
-func (g *ListGate) enter(ctx context.Context, items int, waiting compbasemetrics.GaugeMetric) error {
+func (g *Lists) Enter(ctx context.Context, items int, waiting compbasemetrics.GaugeMetric) error {
 	if g == nil || items < g.minItems {
 		return nil
 	}

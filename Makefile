@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-integration test-faults test-examples fuzz chaos soak generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-watchlist-writes clean
+.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-integration test-faults test-examples fuzz chaos soak generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-watchlist-writes clean
 
 all: build
 
@@ -137,6 +137,16 @@ bench-lists:
 	mkdir -p $(BIN)
 	set -o pipefail; cd test/bench && LISTS_ROUNDS=$(LISTS_ROUNDS) $(GO) test -run '^$$' \
 	  -bench BenchmarkConcurrentLists -benchtime=1x -timeout 120m . | tee $(CURDIR)/$(BIN)/bench-lists.txt \
+	  | $(GO) run ../../hack/tools/benchtable
+
+## bench-memory: the heap an object of 1 KiB takes once the cache holds 100,000, with and without
+## history, and the time to ready after a restart, the servers taking turns over one etcd loaded once,
+## for MEMORY_ROUNDS rounds (a few minutes). MEMORY_ALT=path,… adds other server binaries.
+MEMORY_ROUNDS ?= 3
+bench-memory:
+	mkdir -p $(BIN)
+	set -o pipefail; cd test/bench && MEMORY_ROUNDS=$(MEMORY_ROUNDS) $(GO) test -run '^$$' \
+	  -bench BenchmarkObjectMemory -benchtime=1x -timeout 60m . | tee $(CURDIR)/$(BIN)/bench-memory.txt \
 	  | $(GO) run ../../hack/tools/benchtable
 
 ## bench-watchlist-writes: the writes' p99 beside 100 concurrent watch-lists of 10,000 objects, against

@@ -1,0 +1,45 @@
+package bench
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// BenchmarkObjectMemory measures what the cache holds an object in, and
+// how long it takes to hold them all: the heap in use per object once the
+// server is ready over a loaded etcd, and again after a restart with no
+// history (--watch-cache-warm-start-revisions=0, which upstream's cache
+// always is), with the time from the new process to a served list.
+//
+// It is the cheap same-run A/B for what an object costs: the servers take
+// turns over one etcd loaded once, as in BenchmarkConcurrentLists, so a
+// build without one of the object's mechanisms (the interner, the page
+// packing) runs beside ours in minutes, where make bench-scale takes an
+// hour. MEMORY_OBJECTS (100,000) sizes it; MEMORY_ROUNDS (3) repeats it;
+// MEMORY_IMPLS and MEMORY_ALT pick the servers as WATCHLIST_IMPLS and
+// WATCHLIST_ALT do.
+func BenchmarkObjectMemory(b *testing.B) {
+	objects, rounds := envInt("MEMORY_OBJECTS", 100_000), envInt("MEMORY_ROUNDS", 3)
+	impls := serverBinaries(b, "MEMORY_IMPLS", "MEMORY_ALT")
+	l := newLoaded(b, impls[0].bin, objects)
+	l.takeTurns(b, impls, rounds, objects, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
+		heap, _ := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
+		b.ReportMetric(float64(heap)/float64(objects), "heap-B/object")
+
+		s.stop(b)
+		warm := s.args
+		s.args = append(s.args[:len(s.args):len(s.args)], "--watch-cache-warm-start-revisions=0")
+		defer func() { s.args = warm }()
+		t0 := time.Now()
+		s.start(b)
+		waitCacheReady(ctx, b, hc, base, objects)
+		b.ReportMetric(ms(time.Since(t0)), "restart-ready-ms")
+		heap, rss := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
+		b.ReportMetric(float64(heap)/float64(objects), "drained-heap-B/object")
+		b.ReportMetric(float64(rss)/(1<<20), "drained-rss-MiB")
+	}, nil)
+}

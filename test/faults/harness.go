@@ -553,7 +553,8 @@ func (e *env) readyAgain(ctx context.Context, healed time.Time) time.Duration {
 }
 
 // serverMetrics reads the servers' cache re-lists, re-watches and failed
-// consistency checks, summed over the replicas still running.
+// consistency checks, summed over the replicas still running, and notes
+// the events ours dropped as repeated.
 //
 // A scrape that fails, or a metric that is missing, is a harness error,
 // which fails the scenario: read as 0 it would pass every assertion on it.
@@ -574,6 +575,9 @@ func (e *env) serverMetrics(ctx context.Context, r *result) {
 		if s.impl == ours {
 			r.checksFailed += read(s, "apiserver_storage_consistency_checks_total", `resource="assignments"`, `status="failure"`)
 			r.cacheRewatches += read(s, "cached_apiserver_watch_cache_etcd_watch_restarts_total", `resource="assignments"`)
+			if n := read(s, "cached_apiserver_watch_cache_replayed_events_total", `resource="assignments"`); n > 0 {
+				r.notes = append(r.notes, fmt.Sprintf("%s dropped %d events etcd's client delivered again (etcd-io/etcd#20221)", s.proc.Name(), n))
+			}
 		}
 	}
 }

@@ -163,6 +163,21 @@ func (c *Cacher) listPage(ctx context.Context, opts storage.ListOptions) ([]*obj
 	return objs, rv, lm.GetContinue(), nil
 }
 
+// replayed reports whether o, from an etcd event, is one the cache already
+// applied. etcd sends a watch's events in revision order, but a watch its
+// client resumed on another member can start below the revision the cache
+// asked for and repeat events (etcd-io/etcd#20221: the client takes its
+// resume revision from a progress notification of a member that is
+// behind). Applied again, such an event would put an old version back in
+// the store, under a newer resourceVersion: the state lists read. An event
+// below the head is a repeat; one at the head is if the store holds its
+// key at that revision already, as the other keys of a transaction, which
+// share its revision, are not.
+func (c *Cacher) replayed(o, prev *object.Object) bool {
+	_, head := c.log.Bounds()
+	return o.RV < head || (o.RV == head && prev != nil && prev.RV == o.RV)
+}
+
 // ingest turns one etcd event into a cached event. decoded is when the
 // etcd3 store decoded it, if it said.
 func (c *Cacher) ingest(ev watch.Event, decoded time.Time) error {
@@ -171,8 +186,13 @@ func (c *Cacher) ingest(ev watch.Event, decoded time.Time) error {
 		return err
 	}
 	c.metrics.eventsReceived.Inc()
-	c.metrics.resourceVersion(o.RV)
 	prev, _ := c.store.Get(o.Key)
+	if c.replayed(o, prev) {
+		c.metrics.replayed.Inc()
+		klog.V(2).InfoS("Dropped an event etcd delivered again", "resource", c.cfg.GroupResource, "key", o.Key, "resourceVersion", o.RV)
+		return nil
+	}
+	c.metrics.resourceVersion(o.RV)
 	e := &event{key: o.Key, rv: o.RV, cur: o, prev: prev, recorded: c.cfg.Clock.Now()}
 	if !decoded.IsZero() {
 		// The dispatch latency compares real times, as the decode time is.

@@ -7,11 +7,13 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/etcd3"
+	"k8s.io/component-base/metrics/testutil"
 )
 
 // TestDecodeErrorEndsWatchers replaces upstream's RunTestWatchError, whose
@@ -77,5 +79,116 @@ func TestDecodeErrorEndsWatchers(t *testing.T) {
 	}
 	if len(list.Items) != 2 {
 		t.Fatalf("after re-listing the cache holds %d objects, want 2", len(list.Items))
+	}
+}
+
+// replayingStore repeats, on its watches with progress notification (the
+// cache's own), the events it is told to, as etcd's client does when it
+// resumes a watch on a member that is behind (etcd-io/etcd#20221).
+type replayingStore struct {
+	storage.Interface
+	// replay takes the events to repeat, in order, after the event being passed.
+	replay chan []watch.Event
+}
+
+func (s *replayingStore) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	w, err := s.Interface.Watch(ctx, key, opts)
+	if err != nil || !opts.ProgressNotify {
+		return w, err
+	}
+	out := make(chan watch.Event)
+	go func() {
+		defer close(out)
+		for {
+			var evs []watch.Event
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return
+				}
+				evs = []watch.Event{ev}
+			case evs = <-s.replay:
+			case <-ctx.Done():
+				return
+			}
+			for _, ev := range evs {
+				select {
+				case out <- ev:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return watch.NewProxyWatcher(out), nil
+}
+
+// TestReplayedEventsDropped checks that events etcd delivers again, below
+// the cache's head or at it for a key the cache holds at that revision,
+// change nothing: no watcher receives them, lists and gets still read the
+// newest versions, and the replayed-events counter counts them. Applied,
+// the update's repeat would put the pod's first version back under a
+// newer resourceVersion, the stale list the silent-member scenario once
+// found.
+func TestReplayedEventsDropped(t *testing.T) {
+	rs := &replayingStore{replay: make(chan []watch.Event)}
+	c := newTestCacher(t, func(o *setupOptions) {
+		o.wrap = func(s storage.Interface) storage.Interface { rs.Interface = s; return rs }
+	})
+	ctx := context.Background()
+	v1, v2 := &example.Pod{}, &example.Pod{}
+	if err := c.Create(ctx, "/pods/ns/a", &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}, v1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.GuaranteedUpdate(ctx, "/pods/ns/a", v2, false, nil, func(in runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		pod := in.(*example.Pod).DeepCopy()
+		pod.Spec.NodeName = "n2"
+		return pod, nil, nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: v2.ResourceVersion, Recursive: true, Predicate: storage.Everything})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	replayed := func() float64 { v, _ := testutil.GetCounterMetricValue(c.metrics.replayed); return v }
+	before := replayed()
+
+	// The creation, below the head, and the update, at it.
+	select {
+	case rs.replay <- []watch.Event{{Type: watch.Added, Object: v1.DeepCopy()}, {Type: watch.Modified, Object: v2.DeepCopy()}}:
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("the cache's etcd watch never took the replay")
+	}
+	// A new write after them: its event is the watcher's first, since the
+	// cache ingests in order.
+	if err := c.Create(ctx, "/pods/ns/b", &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns"}}, &example.Pod{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := receive(t, w, 1); got[0].name != "b" || got[0].typ != watch.Added {
+		t.Fatalf("the watcher's first event after the replay: %v, want ADDED b", got)
+	}
+	// The history holds each event once: a watch from the creation reads
+	// the update and b, and nothing twice.
+	fromV1, err := c.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: v1.ResourceVersion, Recursive: true, Predicate: storage.Everything})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fromV1.Stop()
+	if got := receive(t, fromV1, 2); got[0].name != "a" || got[0].rv != v2.ResourceVersion || got[1].name != "b" {
+		t.Fatalf("a watch from the creation reads %v, want a at %s, then b", got, v2.ResourceVersion)
+	}
+	expectNothing(t, fromV1.(*watcher))
+	if n := replayed() - before; n != 2 {
+		t.Errorf("%v events counted as replayed, want 2", n)
+	}
+	list := &example.PodList{}
+	if err := c.GetList(ctx, "/pods/", storage.ListOptions{Recursive: true, Predicate: storage.Everything}, list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 2 || list.Items[0].ResourceVersion != v2.ResourceVersion || list.Items[0].Spec.NodeName != "n2" {
+		t.Fatalf("after the replay the cache lists %d pods, a at %s on %q; want 2, a at %s on n2",
+			len(list.Items), list.Items[0].ResourceVersion, list.Items[0].Spec.NodeName, v2.ResourceVersion)
 	}
 }

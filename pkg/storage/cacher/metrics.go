@@ -53,6 +53,10 @@ var (
 	etcdWatchGap = histogramVec("etcd_watch_gap_seconds", []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
 		"Time without a working etcd watch: from the watch failing until a new one delivered an event or "+
 			"a progress notification. The sum is the total time events could not flow.")
+	replayedCounter = counterVec("replayed_events_total",
+		"Events etcd delivered again on the cache's watch, at or below a revision the cache had already "+
+			"applied, and that the cache dropped. A watch the etcd client resumes on another member can "+
+			"repeat events (etcd-io/etcd#20221); applying one would put an old version back.")
 	unreadyGauge = gaugeVec("unready",
 		"Caches of the resource that cannot serve: initializing, or listing etcd again. Reads they would "+
 			"serve get 429 meanwhile (or go to etcd with --watch-cache-consistent-read-fallback).")
@@ -85,7 +89,7 @@ func registerMetrics() {
 		// here too makes them work for a cache used without one, as in tests.
 		upstream.Register()
 		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
-			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, initialEventsPaused, listsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap, unreadyGauge)
+			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, initialEventsPaused, listsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap, replayedCounter, unreadyGauge)
 	})
 }
 
@@ -93,6 +97,7 @@ func registerMetrics() {
 type cacheMetrics struct {
 	gr               schema.GroupResource
 	eventsReceived   compbasemetrics.CounterMetric
+	replayed         compbasemetrics.CounterMetric
 	eventsDispatched compbasemetrics.CounterMetric
 	initEvents       compbasemetrics.CounterMetric
 	initWaiting      compbasemetrics.GaugeMetric
@@ -137,6 +142,7 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 	return &cacheMetrics{
 		gr:               gr,
 		eventsReceived:   upstream.EventsReceivedCounter.WithLabelValues(g, r),
+		replayed:         replayedCounter.WithLabelValues(g, r),
 		eventsDispatched: upstream.EventsCounter.WithLabelValues(g, r),
 		initEvents:       upstream.InitCounter.WithLabelValues(g, r),
 		initWaiting:      initialEventsWaiting.WithLabelValues(g, r),

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
@@ -65,7 +66,7 @@ func (c *Cacher) startBackfill(ctx context.Context, to uint64) {
 			return
 		}
 		events, err := c.replay(ctx, from, to)
-		if err == nil && !c.d.prependHistory(events, from, to, generation) {
+		if err == nil && !c.d.PrependHistory(events, from, to, generation) {
 			err = fmt.Errorf("the log moved on during the backfill")
 		}
 		if err != nil {
@@ -98,7 +99,7 @@ func (c *Cacher) waitForBackfill(ctx context.Context, rv uint64) {
 
 // replay builds the events from from to to: the state at from, then every
 // change after it, each with the object it replaced.
-func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*event, error) {
+func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, error) {
 	objs, _, err := c.listAt(ctx, from)
 	if err != nil {
 		return nil, err
@@ -107,7 +108,7 @@ func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*event, error) 
 	for _, o := range objs {
 		state[o.Key] = o
 	}
-	var events []*event
+	var events []*fanout.Event
 	now := c.cfg.Clock.Now()
 	handle := func(ev watch.Event) (watchEnd, bool) {
 		ev, _ = unwrapRecordTime(ev)
@@ -125,18 +126,18 @@ func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*event, error) 
 				return watchEnd{err: errBackfilled}, true
 			}
 			prev := state[o.Key]
-			e := &event{key: o.Key, rv: o.RV, cur: o, prev: prev, recorded: now}
+			e := &fanout.Event{Key: o.Key, Rev: o.RV, Cur: o, Prev: prev, Seen: now}
 			switch {
 			case ev.Type == watch.Deleted && prev == nil:
 				e = nil
 			case ev.Type == watch.Deleted:
-				e.typ = watch.Deleted
+				e.Type = watch.Deleted
 				delete(state, o.Key)
 			case prev == nil:
-				e.typ = watch.Added
+				e.Type = watch.Added
 				state[o.Key] = o
 			default:
-				e.typ = watch.Modified
+				e.Type = watch.Modified
 				state[o.Key] = o
 			}
 			if e != nil {

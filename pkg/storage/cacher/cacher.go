@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
@@ -23,13 +24,14 @@ import (
 type Cacher struct {
 	cfg     Config
 	metrics *cacheMetrics
-	store   *eventStore
-	log     *eventLog
-	d       *dispatcher
+	store   *fanout.Store
+	log     *fanout.Log
+	d       *fanout.Dispatcher
 	ready   *readiness
-	// pres makes objects' fields and Cachings; its expiry forgets the
-	// latter once Config.EncodingTTL passes without a send.
-	pres *presenter
+	// pres makes objects' fields and Cachings; expiry forgets the latter
+	// once Config.EncodingTTL passes without a send (nil: never).
+	pres   *fanout.Presenter
+	expiry *object.Expiry
 	// build makes the objects the cache holds.
 	build *object.Builder
 
@@ -69,18 +71,19 @@ func New(cfg Config) (*Cacher, error) {
 	c.ready.unready = c.metrics.unready
 	c.metrics.unready.Set(1)
 	c.build = object.NewBuilder(cfg.builderConfig())
-	c.store = store.New[*event](c.build.IndexFuncs())
-	c.pres = &presenter{trigger: cfg.TriggerField, codec: c.build.Codec()}
+	c.store = store.New[*fanout.Event](c.build.IndexFuncs())
 	if cfg.EncodingTTL > 0 {
-		c.pres.expiry = object.NewExpiry(cfg.EncodingTTL, cfg.Clock)
+		c.expiry = object.NewExpiry(cfg.EncodingTTL, cfg.Clock)
 	}
-	c.log = history.New[*event](history.Config{Window: cfg.HistoryWindow, MinSize: cfg.MinHistorySize, MaxSize: cfg.MaxHistorySize, Budget: cfg.HistoryBudget})
-	c.d = newDispatcher(c.store, c.log, c.pres, cfg.Versioner, cfg.NewFunc, cfg.Clock, cfg.BookmarkFrequency, c.metrics)
+	c.pres = fanout.NewPresenter(cfg.TriggerField, c.build.Codec(), c.expiry)
+	c.log = history.New[*fanout.Event](history.Config{Window: cfg.HistoryWindow, MinSize: cfg.MinHistorySize, MaxSize: cfg.MaxHistorySize, Budget: cfg.HistoryBudget})
+	c.d = fanout.NewDispatcher(fanout.Config{Store: c.store, Log: c.log, Presenter: c.pres, Versioner: cfg.Versioner,
+		NewFunc: cfg.NewFunc, Clock: cfg.Clock, BookmarkFrequency: cfg.BookmarkFrequency, Gate: cfg.InitialEvents,
+		Metrics: c.metrics.Metrics})
 	if err := cfg.Storage.EnableResourceSizeEstimation(c.keys); err != nil {
 		return nil, fmt.Errorf("enabling size estimation for %s: %w", cfg.GroupResource, err)
 	}
-	c.d.gate = cfg.InitialEvents
-	cfg.Shutdown.register(c.d)
+	cfg.Shutdown.Register(c.d)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	go c.run(ctx)
@@ -93,13 +96,11 @@ func New(cfg Config) (*Cacher, error) {
 
 // Stop ends the ingest loop and every watcher. It is safe to call twice.
 func (c *Cacher) Stop() {
-	c.cfg.Shutdown.unregister(c.d)
+	c.cfg.Shutdown.Unregister(c.d)
 	c.stop()
 	<-c.done
 	c.ready.set(stoppedState)
-	c.d.mu.Lock()
-	c.d.endAllLocked(nil)
-	c.d.mu.Unlock()
+	c.d.Close()
 }
 
 // keys lists the cached keys once the cache is as fresh as etcd, for
@@ -125,7 +126,7 @@ func (c *Cacher) waitConsistent(ctx context.Context) error {
 		}
 		return c.noCurrentRevision(err)
 	}
-	if err := c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
+	if err := c.d.WaitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
 		if storage.IsTooLargeResourceVersion(err) {
 			return apierrors.NewTooManyRequests(fmt.Sprintf(
 				"the watch cache for %s is not yet at the current resourceVersion %d; retry shortly",

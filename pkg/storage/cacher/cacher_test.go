@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -118,15 +120,15 @@ func TestInitialEventsByTrigger(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	got := receive(t, w, 6)
+	got := objecttest.Receive(t, w, 6)
 	var names []string
 	for _, e := range got[:5] {
-		if e.typ != watch.Added {
+		if e.Type != watch.Added {
 			t.Fatalf("initial events: %v", got)
 		}
-		names = append(names, e.name)
+		names = append(names, e.Name)
 	}
-	if want := []string{"p01", "p05", "p09", "p13", "p17"}; !slices.Equal(names, want) || got[5].typ != watch.Bookmark {
+	if want := []string{"p01", "p05", "p09", "p13", "p17"}; !slices.Equal(names, want) || got[5].Type != watch.Bookmark {
 		t.Fatalf("initial events %v, want ADDED %v then the bookmark", got, want)
 	}
 	// Five objects on node-1, one field evaluation each; a scan of the

@@ -7,16 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/apis/example"
 	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
@@ -37,33 +33,13 @@ import (
 // cacher over a real embedded etcd, with the example.Pod types, as
 // upstream's own cacher tests do.
 
+// The tests' objects are upstream's example pods (objecttest).
 var (
-	scheme        = runtime.NewScheme()
-	codecs        = serializer.NewCodecFactory(scheme)
-	examplev1Blob runtime.Codec
+	scheme        = objecttest.Scheme
+	codecs        = objecttest.Codecs
+	examplev1Blob = objecttest.ExampleV1Blob
+	podAttrs      = objecttest.PodAttrs
 )
-
-func init() {
-	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
-	utilruntime.Must(example.AddToScheme(scheme))
-	utilruntime.Must(examplev1.AddToScheme(scheme))
-	pb := protobuf.NewSerializer(scheme, scheme)
-	examplev1Blob = codecs.CodecForVersions(pb, pb, schema.GroupVersions{examplev1.SchemeGroupVersion}, nil)
-}
-
-func podAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
-	pod, ok := obj.(*example.Pod)
-	if !ok {
-		return nil, nil, fmt.Errorf("not a pod: %T", obj)
-	}
-	return pod.Labels, fields.Set{
-		"metadata.name":      pod.Name,
-		"metadata.namespace": pod.Namespace,
-		"spec.nodeName":      pod.Spec.NodeName,
-		"spec.restartPolicy": string(pod.Spec.RestartPolicy),
-		"status.phase":       string(pod.Status.Phase),
-	}, nil
-}
 
 // swappableTransformer lets a test change the transformer of a running etcd3 store.
 type swappableTransformer struct {
@@ -252,13 +228,10 @@ func (c *testCacher) compactHistory(ctx context.Context, t *testing.T, resourceV
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.d.waitFor(ctx, rv, wait.ForeverTestTimeout, c.requestProgress); err != nil {
+	if err := c.d.WaitFor(ctx, rv, wait.ForeverTestTimeout, c.requestProgress); err != nil {
 		t.Fatal(err)
 	}
-	c.d.mu.Lock()
-	c.log.DropUpTo(rv)
-	c.store.Prune(rv)
-	c.d.mu.Unlock()
+	c.d.Compacted(int64(rv))
 	if _, err := c.client.Compact(ctx, int64(rv)); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
+
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,27 +46,24 @@ func withKeyReader(clk *testingclock.FakeClock, interval time.Duration) setupOpt
 // dropFromStateForTest removes key from the cache's current state behind
 // the dispatcher's back, as a lost event would: the cache then differs from
 // etcd and only the consistency check can tell. The state keeps its
-// resourceVersion, and the history does not hear of it.
+// resourceVersion, and the history does not hear of it. The test writes
+// nothing meanwhile, so no event is applied beside it.
 func (c *Cacher) dropFromStateForTest(t *testing.T, key string) {
-	c.d.mu.Lock()
-	defer c.d.mu.Unlock()
 	o, ok := c.store.Get(key)
 	if !ok {
 		t.Fatalf("the cache does not hold %s", key)
 	}
-	c.store.Apply(&event{typ: watch.Deleted, key: key, rv: c.store.Latest().RV, cur: o, prev: o})
+	c.store.Apply(&fanout.Event{Type: watch.Deleted, Key: key, Rev: c.store.Latest().RV, Cur: o, Prev: o})
 }
 
 // putInStateForTest puts obj into the cache's current state under key,
 // behind the dispatcher's back, as a phantom or stale event would.
 func (c *Cacher) putInStateForTest(t *testing.T, key string, rv uint64) {
-	c.d.mu.Lock()
-	defer c.d.mu.Unlock()
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: key[strings.LastIndex(key, "/")+1:], Namespace: "ns", ResourceVersion: fmt.Sprint(rv)}}
-	o := podObject(pod)
+	o := objecttest.PodObject(pod)
 	o.Key = key
 	prev, _ := c.store.Get(key)
-	c.store.Apply(&event{typ: watch.Modified, key: key, rv: c.store.Latest().RV, cur: o, prev: prev})
+	c.store.Apply(&fanout.Event{Type: watch.Modified, Key: key, Rev: c.store.Latest().RV, Cur: o, Prev: prev})
 }
 
 // TestConsistencyCheck corrupts the cache and checks that the periodic
@@ -85,7 +86,7 @@ func TestConsistencyCheck(t *testing.T) {
 		last = createPod(t, c, name)
 	}
 	rv, _ := c.cfg.Versioner.ParseResourceVersion(last.ResourceVersion)
-	if err := c.d.waitFor(ctx, rv, wait.ForeverTestTimeout, c.requestProgress); err != nil {
+	if err := c.d.WaitFor(ctx, rv, wait.ForeverTestTimeout, c.requestProgress); err != nil {
 		t.Fatal(err)
 	}
 	if r := c.checkConsistency(ctx); r.status != checkSuccess {
@@ -159,7 +160,7 @@ func TestCompareWithEtcd(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := c.d.waitFor(ctx, rev, wait.ForeverTestTimeout, c.requestProgress); err != nil {
+			if err := c.d.WaitFor(ctx, rev, wait.ForeverTestTimeout, c.requestProgress); err != nil {
 				t.Fatal(err)
 			}
 			tc.corrupt(t, c)
@@ -234,7 +235,7 @@ func checkAndListBytes(tb testing.TB, c *testCacher, n int) (check, list int64) 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := c.d.waitFor(ctx, rev, wait.ForeverTestTimeout, c.requestProgress); err != nil {
+	if err := c.d.WaitFor(ctx, rev, wait.ForeverTestTimeout, c.requestProgress); err != nil {
 		tb.Fatal(err)
 	}
 	r := c.checkConsistency(ctx)

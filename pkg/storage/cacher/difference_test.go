@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -32,6 +34,7 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
@@ -247,7 +250,7 @@ func diffWatches() []diffWatch {
 			if shards[0][0] == "ns" {
 				path, shards = shard.NamespacePath, shards[1:]
 			}
-			p.ShardSelector = shardSelector(path, shards...)
+			p.ShardSelector = objecttest.ShardSelector(path, shards...)
 		}
 		return p
 	}
@@ -387,7 +390,7 @@ func oracle(dw diffWatch, ops []diffOp) []diffEvent {
 		return err == nil && ok
 	}
 	for _, op := range ops {
-		if !inScope(dw.key, dw.recursive, op.key) {
+		if !fanout.InScope(dw.key, dw.recursive, op.key) {
 			continue
 		}
 		prevOK, curOK := matches(op.prev), op.typ != watch.Deleted && matches(op.cur)

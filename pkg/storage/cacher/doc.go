@@ -5,9 +5,9 @@
 // # Data flow
 //
 //	etcd ──► source ──► ingest ──► dispatcher ──┬─► store     (internal/store: current objects, snapshots by resourceVersion)
-//	         etcd_watch.go  ingest.go            ├─► history   (internal/history: recent events, by resourceVersion)
-//	         backfill.go    internal/object      └─► fan-out   (watcher_index.go, internal/shard: the watchers an event matches)
-//	         consistency.go                              └─► watcher ──► client
+//	         etcd_watch.go  ingest.go  (internal/  ├─► history   (internal/history: recent events, by resourceVersion)
+//	         backfill.go    internal/   fanout)    └─► watchers  (internal/fanout's index, internal/shard: those an event matches)
+//	         consistency.go object                        └─► client
 //	         silence.go, internal/etcdconn
 //
 // Each stage:
@@ -18,12 +18,12 @@
 //   - Ingest turns each etcd event into an object version: its encoded bytes
 //     plus what selectors read, with shard hashes and shared label sets
 //     (internal/object, whose Builder makes them).
-//   - The dispatcher applies an event to the store and the history under one
-//     lock, and hands it to the watchers the index finds for it; a watcher
-//     that falls behind reads the history through its own cursor
-//     (catchup.go), so a slow watcher is never closed for being slow.
-//     Bookmarks and the shutdown bookmark are in bookmarks.go; readers that
-//     need a fresher cache wait for the head in freshness.go.
+//   - The dispatcher (internal/fanout) applies an event to the store and the
+//     history under one lock, and hands it to the watchers its index finds
+//     for it; a watcher that falls behind reads the history through its own
+//     cursor, so a slow watcher is never closed for being slow. The fan-out
+//     also sends bookmarks and the shutdown bookmark, and makes readers that
+//     need a fresher cache wait for the head.
 //   - Lists read a snapshot of the store at their resourceVersion (list.go);
 //     watch-lists stream the snapshot and then join the fan-out
 //     (the gate package bounds and paces them, and bounds large lists).
@@ -33,7 +33,7 @@
 //
 // # Lock order
 //
-// dispatcher.mu, then the store's or the history's mutex; nothing is taken
+// The dispatcher's mutex, then the store's or the history's; nothing is taken
 // while holding either of those two. Every other mutex (interner, object
 // codec, encodings, encoding expiry, readiness, shutdown) guards its own
 // struct and is released before its holder calls into anything else.

@@ -260,7 +260,7 @@ func (c *Cacher) handle(ev watch.Event) (end watchEnd, stop bool) {
 		if err != nil {
 			return watchEnd{reason: endUnreadable, relist: true, err: err}, true
 		}
-		c.d.progress(rv)
+		c.d.Progress(rv)
 	case watch.Added, watch.Modified, watch.Deleted:
 		if err := c.ingest(ev, decoded); err != nil {
 			return watchEnd{reason: endUnreadable, relist: true, err: err}, true

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -328,7 +330,7 @@ func TestConsistentReadWithoutCurrentRevision(t *testing.T) {
 	waitReady(t, c.Cacher)
 	first := createPod(t, c, "a")
 	rv, _ := c.cfg.Versioner.ParseResourceVersion(first.ResourceVersion)
-	if err := c.d.waitFor(ctx, rv, wait.ForeverTestTimeout, c.requestProgress); err != nil {
+	if err := c.d.WaitFor(ctx, rv, wait.ForeverTestTimeout, c.requestProgress); err != nil {
 		t.Fatal(err)
 	}
 	noLeader := error(rpctypes.ErrNoLeader)
@@ -409,7 +411,7 @@ func expectNames(t *testing.T, w watch.Interface, names ...string) {
 	for _, name := range names {
 		ev := next(t, w)
 		_, ok := ev.Object.(*object.Caching)
-		if ev.Type != watch.Added || !ok || decodedPod(t, ev.Object).Name != name {
+		if ev.Type != watch.Added || !ok || objecttest.DecodedPod(t, ev.Object).Name != name {
 			t.Fatalf("got %s %v, want ADDED %s", ev.Type, ev.Object, name)
 		}
 	}

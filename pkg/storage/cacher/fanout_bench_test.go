@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+
 	"go.etcd.io/etcd/client/v3/kubernetes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -241,7 +243,7 @@ func (f fanOut) run(b *testing.B, e *benchEtcd, s storage.Interface, prefix stri
 		consumers[i] = c
 		cs.consume(b, w, expected, func(ev watch.Event) {
 			now := time.Now().UnixNano()
-			name := objectName(ev.Object)
+			name := objecttest.ObjectName(ev.Object)
 			idx, _ := strconv.Atoi(strings.TrimPrefix(name, "p-"))
 			c.received[idx] = now
 			if c.slow {

@@ -87,7 +87,7 @@ func (f *injectedWatch) run() {
 			out = []watch.Event{ev, held}
 		case n == faultyEvent && f.fault == "early-bookmark":
 			if rv, err := f.c.cfg.Versioner.ObjectResourceVersion(ev.Object); err == nil {
-				out = []watch.Event{{Type: watch.Bookmark, Object: f.c.d.bookmarkObject(rv, false)}, ev}
+				out = []watch.Event{{Type: watch.Bookmark, Object: f.c.d.BookmarkObject(rv, false)}, ev}
 			}
 		}
 		for _, e := range out {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -58,7 +60,7 @@ func TestHistoryBudget(t *testing.T) {
 		if ev.Type != watch.Added {
 			t.Fatalf("watch from a recent resourceVersion: got %s %v", ev.Type, ev.Object)
 		}
-		if name := metaOf(t, ev.Object).GetName(); name != fmt.Sprintf("p-%d", i) {
+		if name := objecttest.MetaOf(t, ev.Object).GetName(); name != fmt.Sprintf("p-%d", i) {
 			t.Fatalf("got %s, want p-%d", name, i)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
@@ -64,7 +65,7 @@ func (c *Cacher) run(ctx context.Context) {
 		c.ready.set(pending)
 		if err == nil {
 			c.metrics.relist(end.reason)
-			c.d.endAll(fmt.Sprintf("the watch cache for %s must list again (%v)", c.cfg.GroupResource, end))
+			c.d.EndAll(fmt.Sprintf("the watch cache for %s must list again (%v)", c.cfg.GroupResource, end))
 			klog.InfoS("Watch cache is re-listing", "resource", c.cfg.GroupResource, "reason", end.reason, "err", end.err)
 		}
 		// After a compaction the history since it is sound; after an
@@ -92,7 +93,7 @@ func (c *Cacher) list(ctx context.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	c.d.reset(objs, rv)
+	c.d.Reset(objs, rv)
 	return rv, nil
 }
 
@@ -193,23 +194,23 @@ func (c *Cacher) ingest(ev watch.Event, decoded time.Time) error {
 		return nil
 	}
 	c.metrics.resourceVersion(o.RV)
-	e := &event{key: o.Key, rv: o.RV, cur: o, prev: prev, recorded: c.cfg.Clock.Now()}
+	e := &fanout.Event{Key: o.Key, Rev: o.RV, Cur: o, Prev: prev, Seen: c.cfg.Clock.Now()}
 	if !decoded.IsZero() {
 		// The dispatch latency compares real times, as the decode time is.
-		e.decoded, e.received = decoded.UnixNano(), time.Now().UnixNano()
+		e.Decoded, e.Received = decoded.UnixNano(), time.Now().UnixNano()
 	}
 	switch {
 	case ev.Type == watch.Deleted && prev == nil:
 		// Deleting what the cache never held: nothing to tell watchers.
-		c.d.progress(o.RV)
+		c.d.Progress(o.RV)
 		return nil
 	case ev.Type == watch.Deleted:
-		e.typ = watch.Deleted
+		e.Type = watch.Deleted
 	case prev == nil:
-		e.typ = watch.Added
+		e.Type = watch.Added
 	default:
-		e.typ = watch.Modified
+		e.Type = watch.Modified
 	}
-	c.d.process(e)
+	c.d.Process(e)
 	return nil
 }

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -166,7 +169,7 @@ func TestReplayedEventsDropped(t *testing.T) {
 	if err := c.Create(ctx, "/pods/ns/b", &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ns"}}, &example.Pod{}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if got := receive(t, w, 1); got[0].name != "b" || got[0].typ != watch.Added {
+	if got := objecttest.Receive(t, w, 1); got[0].Name != "b" || got[0].Type != watch.Added {
 		t.Fatalf("the watcher's first event after the replay: %v, want ADDED b", got)
 	}
 	// The history holds each event once: a watch from the creation reads
@@ -176,10 +179,12 @@ func TestReplayedEventsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fromV1.Stop()
-	if got := receive(t, fromV1, 2); got[0].name != "a" || got[0].rv != v2.ResourceVersion || got[1].name != "b" {
+	if got := objecttest.Receive(t, fromV1, 2); got[0].Name != "a" || got[0].RV != v2.ResourceVersion || got[1].Name != "b" {
 		t.Fatalf("a watch from the creation reads %v, want a at %s, then b", got, v2.ResourceVersion)
 	}
-	expectNothing(t, fromV1.(*watcher))
+	if n := fromV1.(*fanout.Watcher).Pending(); n != 0 {
+		t.Fatalf("a watch from the creation holds %d more events, want none", n)
+	}
 	if n := replayed() - before; n != 2 {
 		t.Errorf("%v events counted as replayed, want 2", n)
 	}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
@@ -47,7 +48,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 	}
 	pred := opts.Predicate
 	continuing := opts.Recursive && pred.Continue != ""
-	f, err := newFilter(pred)
+	f, err := fanout.NewFilter(pred)
 	if err != nil {
 		return err
 	}
@@ -55,7 +56,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 	var snap store.Snapshot
 	switch {
 	case withRev > 0:
-		if err := c.d.waitFor(ctx, uint64(withRev), c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
+		if err := c.d.WaitFor(ctx, uint64(withRev), c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
 			return err
 		}
 		var ok bool
@@ -80,7 +81,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 	default:
 		// "0", or NotOlderThan N.
 		if rv > 0 {
-			if err := c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
+			if err := c.d.WaitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
 				return err
 			}
 		}
@@ -108,7 +109,7 @@ func (c *Cacher) snapshotAt(rv uint64) (store.Snapshot, bool) {
 
 // listByIndex serves an unpaginated list of the current state through an
 // index the selector can use. done is false when no index applies.
-func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pred *storage.SelectionPredicate, f *filter, listObj runtime.Object) (done bool, err error) {
+func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pred *storage.SelectionPredicate, f *fanout.Filter, listObj runtime.Object) (done bool, err error) {
 	for _, m := range pred.MatcherIndex(ctx) {
 		objs, rv, ok := c.store.ByIndex(m.IndexName, m.Value)
 		if !ok {
@@ -116,7 +117,7 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 		}
 		matched := make([]*object.Object, 0, len(objs))
 		for _, o := range objs {
-			if inScope(key, recursive, o.Key) && f.matches(o, c.pres, nil) {
+			if fanout.InScope(key, recursive, o.Key) && f.Matches(o, c.pres, nil) {
 				matched = append(matched, o)
 			}
 		}
@@ -124,7 +125,7 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 			return true, err
 		}
 		c.metrics.list(m.IndexName, len(objs), len(matched))
-		f.setShardInfo(listObj)
+		f.SetShardInfo(listObj)
 		return true, c.cfg.Versioner.UpdateList(listObj, rv, "", nil)
 	}
 	return false, nil
@@ -133,7 +134,7 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 // listFrom fills listObj with one page of up to limit objects from snap
 // that pass f, starting at fromKey, and sets the continue token, the
 // remaining count and, for a sharded list, the shard info.
-func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, recursive bool, f *filter, limit int64, fromKey string, listObj runtime.Object) error {
+func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, recursive bool, f *fanout.Filter, limit int64, fromKey string, listObj runtime.Object) error {
 	var (
 		count, remaining int64
 		fetched          int
@@ -147,7 +148,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, 
 		// is not an allocation size (limit=2^63-1 made the server panic).
 		matched = make([]*object.Object, 0, min(limit, int64(snap.Len())))
 	}
-	empty := f.empty()
+	empty := f.Empty()
 	snap.Scan(key, recursive, fromKey, func(o *object.Object) bool {
 		if limit > 0 && count == limit {
 			// Anything left in range means another page, even if it may
@@ -161,7 +162,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, 
 			return false
 		}
 		fetched++
-		if !f.matches(o, c.pres, nil) {
+		if !f.Matches(o, c.pres, nil) {
 			return true
 		}
 		matched = append(matched, o)
@@ -183,7 +184,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, 
 			remainingCount = &remaining
 		}
 	}
-	f.setShardInfo(listObj)
+	f.SetShardInfo(listObj)
 	return c.cfg.Versioner.UpdateList(listObj, snap.RV, continueToken, remainingCount)
 }
 
@@ -280,7 +281,7 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 		return err
 	}
 	if rv > 0 {
-		if err := c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
+		if err := c.d.WaitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress); err != nil {
 			return err
 		}
 	}

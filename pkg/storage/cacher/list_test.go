@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -145,7 +147,7 @@ func TestSharingList(t *testing.T) {
 				t.Fatalf("a plain list got %d items, want %d", len(copied.Items), tc.want)
 			}
 			// A shared item decodes to the plain list's item.
-			if shared := decodedPod(t, first.shared[0]); !apiequality.Semantic.DeepEqual(&copied.Items[0], shared) {
+			if shared := objecttest.DecodedPod(t, first.shared[0]); !apiequality.Semantic.DeepEqual(&copied.Items[0], shared) {
 				t.Errorf("a plain list starts with %v, a shared one with %v", &copied.Items[0], shared)
 			}
 		})

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	compbasemetrics "k8s.io/component-base/metrics"
@@ -95,33 +96,19 @@ func registerMetrics() {
 
 // cacheMetrics are one resource's metrics, with label values bound once.
 type cacheMetrics struct {
-	gr               schema.GroupResource
-	eventsReceived   compbasemetrics.CounterMetric
-	replayed         compbasemetrics.CounterMetric
-	eventsDispatched compbasemetrics.CounterMetric
-	initEvents       compbasemetrics.CounterMetric
-	initWaiting      compbasemetrics.GaugeMetric
-	initPaused       compbasemetrics.CounterMetric
-	listsWaiting     compbasemetrics.GaugeMetric
-	terminated       compbasemetrics.CounterMetric
-	initializations  compbasemetrics.CounterMetric
-	initErrors       compbasemetrics.CounterMetric
-	initDuration     compbasemetrics.ObserverMetric
-	readWait         compbasemetrics.ObserverMetric
-	parked           compbasemetrics.CounterMetric
-	lag              compbasemetrics.ObserverMetric
+	// Metrics is what the fan-out reports.
+	*fanout.Metrics
+	gr              schema.GroupResource
+	eventsReceived  compbasemetrics.CounterMetric
+	replayed        compbasemetrics.CounterMetric
+	listsWaiting    compbasemetrics.GaugeMetric
+	initializations compbasemetrics.CounterMetric
+	initErrors      compbasemetrics.CounterMetric
+	initDuration    compbasemetrics.ObserverMetric
 	// The gauges a cache sets are shares: see gaugeShare.
-	synced, lagging *gaugeShare
-	snapshots       *gaugeShare
-	history         *gaugeShare
-	historyBytes    *gaugeShare
-	evicted         compbasemetrics.CounterMetric
-	capacity        *gaugeShare
-	encoded         *gaugeShare
-	unready         *gaugeShare
-	watchGap        compbasemetrics.ObserverMetric
-	// dispatch observes upstream's dispatch latency histogram's stages.
-	dispatch *upstream.WatcherMetricsObservers
+	encoded  *gaugeShare
+	unready  *gaugeShare
+	watchGap compbasemetrics.ObserverMetric
 }
 
 func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
@@ -140,32 +127,34 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 		upstream.StorageConsistencyCheckTotal.WithLabelValues(g, r, status)
 	}
 	return &cacheMetrics{
-		gr:               gr,
-		eventsReceived:   upstream.EventsReceivedCounter.WithLabelValues(g, r),
-		replayed:         replayedCounter.WithLabelValues(g, r),
-		eventsDispatched: upstream.EventsCounter.WithLabelValues(g, r),
-		initEvents:       upstream.InitCounter.WithLabelValues(g, r),
-		initWaiting:      initialEventsWaiting.WithLabelValues(g, r),
-		initPaused:       initialEventsPaused.WithLabelValues(g, r),
-		listsWaiting:     listsWaiting.WithLabelValues(g, r),
-		terminated:       upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
-		initializations:  upstream.WatchCacheInitializations.WithLabelValues(g, r),
-		initErrors:       upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),
-		initDuration:     upstream.WatchCacheInitializationDuration.WithLabelValues(g, r),
-		readWait:         upstream.WatchCacheReadWait.WithLabelValues(g, r),
-		parked:           parkedCounter.WithLabelValues(g, r),
-		lag:              catchUpLagEvents.WithLabelValues(g, r),
-		synced:           &gaugeShare{g: watchersGauge.WithLabelValues(g, r, "synced")},
-		lagging:          &gaugeShare{g: watchersGauge.WithLabelValues(g, r, "catching_up")},
-		snapshots:        &gaugeShare{g: snapshotsGauge.WithLabelValues(g, r)},
-		history:          &gaugeShare{g: historyEventsGauge.WithLabelValues(g, r)},
-		historyBytes:     &gaugeShare{g: historyBytesGauge.WithLabelValues(g, r)},
-		evicted:          historyEvictedCounter.WithLabelValues(g, r),
-		capacity:         &gaugeShare{g: upstream.WatchCacheCapacity.WithLabelValues(g, r)},
-		encoded:          &gaugeShare{g: encodedObjectsGauge.WithLabelValues(g, r)},
-		unready:          &gaugeShare{g: unreadyGauge.WithLabelValues(g, r)},
-		watchGap:         etcdWatchGap.WithLabelValues(g, r),
-		dispatch:         upstream.NewWatcherMetricsObservers(gr),
+		Metrics: &fanout.Metrics{
+			Dispatched:   upstream.EventsCounter.WithLabelValues(g, r),
+			Terminated:   upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
+			Parked:       parkedCounter.WithLabelValues(g, r),
+			Evicted:      historyEvictedCounter.WithLabelValues(g, r),
+			InitEvents:   upstream.InitCounter.WithLabelValues(g, r),
+			InitPaused:   initialEventsPaused.WithLabelValues(g, r),
+			InitWaiting:  initialEventsWaiting.WithLabelValues(g, r),
+			Lag:          catchUpLagEvents.WithLabelValues(g, r),
+			ReadWait:     upstream.WatchCacheReadWait.WithLabelValues(g, r),
+			Synced:       &gaugeShare{g: watchersGauge.WithLabelValues(g, r, "synced")},
+			Lagging:      &gaugeShare{g: watchersGauge.WithLabelValues(g, r, "catching_up")},
+			Snapshots:    &gaugeShare{g: snapshotsGauge.WithLabelValues(g, r)},
+			History:      &gaugeShare{g: historyEventsGauge.WithLabelValues(g, r)},
+			HistoryBytes: &gaugeShare{g: historyBytesGauge.WithLabelValues(g, r)},
+			Capacity:     &gaugeShare{g: upstream.WatchCacheCapacity.WithLabelValues(g, r)},
+			Dispatch:     upstream.NewWatcherMetricsObservers(gr),
+		},
+		gr:              gr,
+		eventsReceived:  upstream.EventsReceivedCounter.WithLabelValues(g, r),
+		replayed:        replayedCounter.WithLabelValues(g, r),
+		listsWaiting:    listsWaiting.WithLabelValues(g, r),
+		initializations: upstream.WatchCacheInitializations.WithLabelValues(g, r),
+		initErrors:      upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),
+		initDuration:    upstream.WatchCacheInitializationDuration.WithLabelValues(g, r),
+		encoded:         &gaugeShare{g: encodedObjectsGauge.WithLabelValues(g, r)},
+		unready:         &gaugeShare{g: unreadyGauge.WithLabelValues(g, r)},
+		watchGap:        etcdWatchGap.WithLabelValues(g, r),
 	}
 }
 
@@ -188,7 +177,7 @@ func (s *gaugeShare) Set(v float64) {
 // releaseGauges takes a stopped cache's shares out of the gauges; unready
 // is its readiness', which stopping sets to 0.
 func (m *cacheMetrics) releaseGauges() {
-	for _, s := range []*gaugeShare{m.synced, m.lagging, m.snapshots, m.history, m.historyBytes, m.capacity, m.encoded} {
+	for _, s := range []fanout.Gauge{m.Synced, m.Lagging, m.Snapshots, m.History, m.HistoryBytes, m.Capacity, m.encoded} {
 		s.Set(0)
 	}
 }

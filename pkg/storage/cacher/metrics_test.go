@@ -11,6 +11,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 )
 
 // TestGaugeSharesAdd checks that two caches of one resource, as a server
@@ -32,9 +33,9 @@ func TestGaugeSharesAdd(t *testing.T) {
 		{"b has 3", func() { b.Set(3) }, 103},
 		{"a drops to 40", func() { a.Set(40) }, 43},
 		{"a stops", func() {
-			(&cacheMetrics{synced: a, lagging: &gaugeShare{g: vec.WithLabelValues("x")},
-				snapshots: &gaugeShare{g: vec.WithLabelValues("x")}, history: &gaugeShare{g: vec.WithLabelValues("x")},
-				historyBytes: &gaugeShare{g: vec.WithLabelValues("x")}, capacity: &gaugeShare{g: vec.WithLabelValues("x")},
+			(&cacheMetrics{Metrics: &fanout.Metrics{Synced: a, Lagging: &gaugeShare{g: vec.WithLabelValues("x")},
+				Snapshots: &gaugeShare{g: vec.WithLabelValues("x")}, History: &gaugeShare{g: vec.WithLabelValues("x")},
+				HistoryBytes: &gaugeShare{g: vec.WithLabelValues("x")}, Capacity: &gaugeShare{g: vec.WithLabelValues("x")}},
 				encoded: &gaugeShare{g: vec.WithLabelValues("x")}}).releaseGauges()
 		}, 3},
 	} {
@@ -88,10 +89,10 @@ func TestEncodedObjectsGauge(t *testing.T) {
 	defer w.Stop()
 	testkit.Recv(t, w.ResultChan(), "the ADDED event")
 	// The gauge is shared with earlier tests' caches of pods.
-	c.d.metrics.encoded.Set(-1)
+	c.metrics.encoded.Set(-1)
 	// Each step fires the cache's tick, which sets the gauge.
-	clk.Step(bookmarkTick)
-	testkit.WaitGauge(t, c.d.metrics.encoded.g, 1, "encoded objects")
+	clk.Step(fanout.BookmarkTick)
+	testkit.WaitGauge(t, c.metrics.encoded.g, 1, "encoded objects")
 	clk.Step(DefaultEncodingTTL)
-	testkit.WaitGauge(t, c.d.metrics.encoded.g, 0, "encoded objects")
+	testkit.WaitGauge(t, c.metrics.encoded.g, 0, "encoded objects")
 }

@@ -4,14 +4,16 @@ import (
 	"context"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
+
 	"k8s.io/klog/v2"
 )
 
 // tick sends bookmarks every second and, if configured, asks etcd for progress.
 func (c *Cacher) tick(ctx context.Context) {
-	bookmarks := c.cfg.Clock.NewTicker(bookmarkTick)
+	bookmarks := c.cfg.Clock.NewTicker(fanout.BookmarkTick)
 	defer bookmarks.Stop()
-	defer c.d.metrics.releaseGauges()
+	defer c.metrics.releaseGauges()
 	var progress <-chan time.Time
 	if c.cfg.PeriodicProgressRequests {
 		t := c.cfg.Clock.NewTicker(c.cfg.ProgressRequestInterval)
@@ -23,13 +25,13 @@ func (c *Cacher) tick(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-bookmarks.C():
-			c.d.sendBookmarks(now)
-			if c.pres.expiry != nil {
-				c.pres.expiry.Expire()
-				c.d.metrics.encoded.Set(float64(c.pres.expiry.Len()))
+			c.d.SendBookmarks(now)
+			if c.expiry != nil {
+				c.expiry.Expire()
+				c.metrics.encoded.Set(float64(c.expiry.Len()))
 			}
-			c.d.compacted(c.cfg.Storage.CompactRevision())
-			c.d.recordGauges()
+			c.d.Compacted(c.cfg.Storage.CompactRevision())
+			c.d.RecordGauges()
 		case <-progress:
 			c.requestProgress()
 		}

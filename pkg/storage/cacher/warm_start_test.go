@@ -117,7 +117,7 @@ func TestWarmStart(t *testing.T) {
 			// up the test etcd's shutdown for seconds.)
 			after := createPod(t, &testCacher{Cacher: restarted}, "after")
 			rv, _ := restarted.cfg.Versioner.ParseResourceVersion(after.ResourceVersion)
-			if err := restarted.d.waitFor(ctx, rv, wait.ForeverTestTimeout, restarted.requestProgress); err != nil {
+			if err := restarted.d.WaitFor(ctx, rv, wait.ForeverTestTimeout, restarted.requestProgress); err != nil {
 				t.Fatal(err)
 			}
 			if !tc.want410 {

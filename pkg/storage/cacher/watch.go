@@ -3,6 +3,8 @@ package cacher
 import (
 	"context"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
+
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
@@ -24,17 +26,17 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	if key, err = storage.PrepareKey(c.cfg.ResourcePrefix, key, opts.Recursive); err != nil {
 		return nil, err
 	}
-	w, err := newWatcher(c.d, key, opts.Recursive, opts.Predicate, c.cfg.WatcherBuffer)
+	w, err := fanout.NewWatcher(c.d, key, opts.Recursive, opts.Predicate, c.cfg.WatcherBuffer)
 	if err != nil {
 		return nil, err
 	}
-	if w.filter != nil && w.filter.shard != nil {
+	if w.Sharded() {
 		// Upstream's gauge of sharded watches, under its name.
 		c.metrics.shardedWatchStarted()
-		w.onEnd = c.metrics.shardedWatchStopped
+		w.OnEnd = c.metrics.shardedWatchStopped
 	}
 	if deadline, ok := ctx.Deadline(); ok {
-		w.deadline = deadline.UnixNano()
+		w.Deadline = deadline.UnixNano()
 	}
 
 	var withInit, endBookmark, atHead bool
@@ -45,7 +47,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		if opts.ResourceVersion == "" {
 			err = c.waitConsistent(ctx)
 		} else if rv > 0 {
-			err = c.d.waitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress)
+			err = c.d.WaitFor(ctx, rv, c.cfg.FreshnessTimeout, c.requestProgress)
 		}
 		if err != nil {
 			return nil, err
@@ -66,15 +68,14 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	// it; the catch-up goroutine tells it then. Only those watchers carry
 	// the context for it.
 	if withInit {
-		w.onInitialized = func() { utilflowcontrol.WatchInitialized(ctx) }
+		w.OnInitialized = func() { utilflowcontrol.WatchInitialized(ctx) }
 	}
-	wi, err := c.d.register(w, withInit, endBookmark, atHead, rv)
+	wi, err := c.d.Register(w, withInit, endBookmark, atHead, rv)
 	if err != nil {
 		return nil, err
 	}
 	if wi == watch.Interface(w) {
-		unhook := context.AfterFunc(ctx, w.Stop)
-		w.unhookCtx.Store(&unhook)
+		w.StopWith(ctx)
 	}
 	if !withInit {
 		utilflowcontrol.WatchInitialized(ctx)

@@ -1,4 +1,4 @@
-package cacher
+package fanout
 
 import (
 	"sync"
@@ -13,28 +13,28 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
 
-// eventLog is the history of events every watcher reads.
-type eventLog = history.Log[*event]
+// Log is the history of events every watcher reads.
+type Log = history.Log[*Event]
 
-// eventStore is the current objects and their snapshots.
-type eventStore = store.Store[*event]
+// Store is the current objects and their snapshots.
+type Store = store.Store[*Event]
 
-// event is one change from etcd, shared by every watcher that receives it.
-type event struct {
-	typ watch.EventType
-	key string
-	rv  uint64
-	// cur is the new state for ADDED and MODIFIED, and the last state at the
+// Event is one change from etcd, shared by every watcher that receives it.
+type Event struct {
+	Type watch.EventType
+	Key  string
+	Rev  uint64
+	// Cur is the new state for ADDED and MODIFIED, and the last state at the
 	// deletion's resourceVersion for DELETED.
-	cur *object.Object
-	// prev is the state before the change; nil for ADDED.
-	prev *object.Object
-	// recorded is when ingest saw the event; the log keeps it for the history window.
-	recorded time.Time
-	// decoded is when the etcd3 store decoded the event from etcd's watch,
-	// the start of its dispatch latency, and received when ingest took it,
+	Cur *object.Object
+	// Prev is the state before the change; nil for ADDED.
+	Prev *object.Object
+	// Seen is when ingest saw the event; the log keeps it for the history window.
+	Seen time.Time
+	// Decoded is when the etcd3 store Decoded the event from etcd's watch,
+	// the start of its dispatch latency, and Received when ingest took it,
 	// in Unix nanoseconds of the real clock; zero when the store did not say.
-	decoded, received int64
+	Decoded, Received int64
 
 	// leaving is prev at this event's resourceVersion, built once for the
 	// watchers this event moves out of their selector.
@@ -43,25 +43,25 @@ type event struct {
 }
 
 // RV is the event's resourceVersion, for the history.
-func (e *event) RV() uint64 { return e.rv }
+func (e *Event) RV() uint64 { return e.Rev }
 
 // Recorded is when ingest saw the event, for the history window.
-func (e *event) Recorded() time.Time { return e.recorded }
+func (e *Event) Recorded() time.Time { return e.Seen }
 
 // Change is the event's type and the object versions after and before it,
 // for the store.
-func (e *event) Change() (watch.EventType, *object.Object, *object.Object) {
-	return e.typ, e.cur, e.prev
+func (e *Event) Change() (watch.EventType, *object.Object, *object.Object) {
+	return e.Type, e.Cur, e.Prev
 }
 
 // Size is what the event adds to the history: the object version it
 // created. Its previous version is the one an earlier event, or the list,
 // created.
-func (e *event) Size() int64 {
-	if e.cur == nil {
+func (e *Event) Size() int64 {
+	if e.Cur == nil {
 		return 0
 	}
-	return e.cur.Size()
+	return e.Cur.Size()
 }
 
 // forWatcher returns what a watcher with filter f receives, following
@@ -71,33 +71,33 @@ func (e *event) Size() int64 {
 //
 // m, if not nil, holds the fields of cur and prev for every watcher of a
 // dispatch.
-func (e *event) forWatcher(f *filter, v storage.Versioner, pr *presenter, m *eventFields) (watch.Event, bool) {
+func (e *Event) forWatcher(f *Filter, v storage.Versioner, pr *Presenter, m *eventFields) (watch.Event, bool) {
 	var cf, pf *objectFields
 	if m != nil {
 		cf, pf = &m.cur, &m.prev
 	}
-	curMatch := e.typ != watch.Deleted && f.matches(e.cur, pr, cf)
-	prevMatch := e.prev != nil && f.matches(e.prev, pr, pf)
+	curMatch := e.Type != watch.Deleted && f.Matches(e.Cur, pr, cf)
+	prevMatch := e.Prev != nil && f.Matches(e.Prev, pr, pf)
 	switch {
-	case e.typ == watch.Deleted && prevMatch:
-		return watch.Event{Type: watch.Deleted, Object: pr.caching(e.cur)}, true
+	case e.Type == watch.Deleted && prevMatch:
+		return watch.Event{Type: watch.Deleted, Object: pr.caching(e.Cur)}, true
 	case curMatch && prevMatch:
-		return watch.Event{Type: watch.Modified, Object: pr.caching(e.cur)}, true
+		return watch.Event{Type: watch.Modified, Object: pr.caching(e.Cur)}, true
 	case curMatch:
-		return watch.Event{Type: watch.Added, Object: pr.caching(e.cur)}, true
+		return watch.Event{Type: watch.Added, Object: pr.caching(e.Cur)}, true
 	case prevMatch:
 		return watch.Event{Type: watch.Deleted, Object: e.leavingObject(v, pr)}, true
 	}
 	return watch.Event{}, false
 }
 
-func (e *event) leavingObject(v storage.Versioner, pr *presenter) *object.Caching {
+func (e *Event) leavingObject(v storage.Versioner, pr *Presenter) *object.Caching {
 	e.leavingOnce.Do(func() {
-		o, err := e.prev.At(v, e.rv)
+		o, err := e.Prev.At(v, e.Rev)
 		if err != nil {
 			// Only objects that cannot be decoded fail here, and ingest keeps none.
-			klog.ErrorS(err, "Cannot set the resourceVersion of a DELETED event", "key", e.key)
-			e.leaving = pr.caching(e.prev)
+			klog.ErrorS(err, "Cannot set the resourceVersion of a DELETED event", "key", e.Key)
+			e.leaving = pr.caching(e.Prev)
 			return
 		}
 		e.leaving = object.NewCaching(o)

@@ -1,4 +1,4 @@
-package cacher
+package fanout
 
 import (
 	"context"
@@ -11,13 +11,13 @@ import (
 // for the head to move (consistent reads, watches and lists from a
 // resourceVersion ahead of the cache).
 
-func (d *dispatcher) notifyHeadLocked() {
+func (d *Dispatcher) notifyHeadLocked() {
 	close(d.headCh)
 	d.headCh = make(chan struct{})
 }
 
 // headChanged returns a channel closed when the head next moves.
-func (d *dispatcher) headChanged() <-chan struct{} {
+func (d *Dispatcher) headChanged() <-chan struct{} {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.headCh
@@ -28,15 +28,15 @@ func (d *dispatcher) headChanged() <-chan struct{} {
 // we wait longer because every wait asks once up front.
 const progressRetry = 250 * time.Millisecond
 
-// waitFor blocks until the head reaches rv, ctx ends or timeout passes.
+// WaitFor blocks until the head reaches rv, ctx ends or timeout passes.
 // While it waits it asks etcd for a progress notification through
 // requestProgress, since an idle resource's head moves only on those.
-func (d *dispatcher) waitFor(ctx context.Context, rv uint64, timeout time.Duration, requestProgress func()) error {
+func (d *Dispatcher) WaitFor(ctx context.Context, rv uint64, timeout time.Duration, requestProgress func()) error {
 	if _, head := d.log.Bounds(); head >= rv {
 		return nil
 	}
 	start := d.clock.Now()
-	defer func() { d.metrics.readWait.Observe(d.clock.Since(start).Seconds()) }()
+	defer func() { d.metrics.ReadWait.Observe(d.clock.Since(start).Seconds()) }()
 	deadline := d.clock.NewTimer(timeout)
 	defer deadline.Stop()
 	retry := d.clock.NewTimer(0)

@@ -1,4 +1,4 @@
-package cacher
+package fanout
 
 import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
@@ -39,7 +39,7 @@ type place struct {
 
 // placeFor picks the place of a watcher of key (a prefix if recursive)
 // with filter f; trigger is Config.TriggerField.
-func placeFor(key string, recursive bool, f *filter, trigger string) place {
+func placeFor(key string, recursive bool, f *Filter, trigger string) place {
 	if !recursive {
 		return place{kind: byKey, value: key}
 	}
@@ -61,7 +61,7 @@ func placeFor(key string, recursive bool, f *filter, trigger string) place {
 // watcherSet is the synced watchers of one place. Each watcher knows its
 // position, so that leaving is O(1).
 type watcherSet struct {
-	ws []*watcher
+	ws []*Watcher
 	// place is the set's own, for forgetting it once it is empty.
 	place place
 	// mark is the last lookup that returned the set, so that a lookup
@@ -106,7 +106,7 @@ func newWatcherIndex() *watcherIndex {
 }
 
 // add files w at w.place.
-func (x *watcherIndex) add(w *watcher) {
+func (x *watcherIndex) add(w *Watcher) {
 	var s *watcherSet
 	if p := w.place; p.kind == byShard {
 		s = x.shards[p.shard.Field].set(p.shard)
@@ -121,7 +121,7 @@ func (x *watcherIndex) add(w *watcher) {
 }
 
 // remove takes w out of its set, and forgets the set if it is empty.
-func (x *watcherIndex) remove(w *watcher) {
+func (x *watcherIndex) remove(w *Watcher) {
 	s := w.set
 	last := s.ws[len(s.ws)-1]
 	s.ws[w.index] = last
@@ -142,18 +142,18 @@ func (x *watcherIndex) remove(w *watcher) {
 
 // lookup returns the sets whose watchers may match e, each once. The
 // slice is valid until the next lookup.
-func (x *watcherIndex) lookup(e *event) []*watcherSet {
+func (x *watcherIndex) lookup(e *Event) []*watcherSet {
 	x.mark++
 	x.found = x.found[:0]
-	x.addSet(x.sets[byKey][e.key])
+	x.addSet(x.sets[byKey][e.Key])
 	if prefixes := x.sets[byPrefix]; len(prefixes) > 0 {
-		for i := len(e.key) - 1; i >= 0; i-- {
-			if e.key[i] == '/' {
-				x.addSet(prefixes[e.key[:i+1]])
+		for i := len(e.Key) - 1; i >= 0; i-- {
+			if e.Key[i] == '/' {
+				x.addSet(prefixes[e.Key[:i+1]])
 			}
 		}
 	}
-	for _, o := range [2]*object.Object{e.cur, e.prev} {
+	for _, o := range [2]*object.Object{e.Cur, e.Prev} {
 		if o == nil {
 			continue
 		}
@@ -188,7 +188,7 @@ func (x *watcherIndex) addSet(s *watcherSet) {
 }
 
 // each calls fn for every watcher in the index. fn must not change the index.
-func (x *watcherIndex) each(fn func(*watcher)) {
+func (x *watcherIndex) each(fn func(*Watcher)) {
 	for _, sets := range x.sets {
 		for _, s := range sets {
 			for _, w := range s.ws {

@@ -1,4 +1,4 @@
-package cacher
+package fanout
 
 import (
 	"fmt"
@@ -7,9 +7,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/sharding"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
@@ -19,15 +20,6 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
-
-// shardSelector builds a selector of ranges on path, as the API's parser would.
-func shardSelector(path string, bounds ...[2]string) sharding.Selector {
-	var reqs []sharding.ShardRangeRequirement
-	for _, b := range bounds {
-		reqs = append(reqs, sharding.ShardRangeRequirement{Key: path, Start: b[0], End: b[1]})
-	}
-	return sharding.NewSelector(reqs...)
-}
 
 func TestPlaceFor(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ShardedListAndWatch, true)
@@ -41,7 +33,7 @@ func TestPlaceFor(t *testing.T) {
 		}
 		return storage.SelectionPredicate{Label: l, Field: fields.Everything()}
 	}
-	sharded := storage.SelectionPredicate{ShardSelector: shardSelector(shard.UIDPath, [2]string{"0x0000000000000000", "0x4000000000000000"})}
+	sharded := storage.SelectionPredicate{ShardSelector: objecttest.ShardSelector(shard.UIDPath, [2]string{"0x0000000000000000", "0x4000000000000000"})}
 	shardedOnNode := onField("spec.nodeName=n1")
 	shardedOnNode.ShardSelector = sharded.ShardSelector
 	tests := []struct {
@@ -70,7 +62,7 @@ func TestPlaceFor(t *testing.T) {
 	d := newTestDispatcher(8)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			w := mustWatcher(t, d.dispatcher, tc.key, tc.recursive, tc.pred, 1)
+			w := mustWatcher(t, d.Dispatcher, tc.key, tc.recursive, tc.pred, 1)
 			got := w.place
 			if got.kind != tc.want.kind || got.value != tc.want.value || (got.kind == byShard) != (got.shard != nil) {
 				t.Fatalf("placed at %+v, want %+v", got, tc.want)
@@ -100,7 +92,7 @@ func TestWatcherIndexLookup(t *testing.T) {
 		return storage.SelectionPredicate{Label: labels.Everything(), Field: fields.ParseSelectorOrDie(sel)}
 	}
 	sharded := func(path string, bounds ...[2]string) storage.SelectionPredicate {
-		return storage.SelectionPredicate{ShardSelector: shardSelector(path, bounds...)}
+		return storage.SelectionPredicate{ShardSelector: objecttest.ShardSelector(path, bounds...)}
 	}
 	onLabel := func(sel string) storage.SelectionPredicate {
 		l, err := labels.Parse(sel)
@@ -137,9 +129,9 @@ func TestWatcherIndexLookup(t *testing.T) {
 		"other ns shard":      {"/pods/", true, sharded(shard.NamespacePath, [2]string{"0x0000000000000000", ns1}), false},
 	}
 	byName := map[*watcherSet][]string{}
-	var all []*watcher
+	var all []*Watcher
 	for name, tc := range watchers {
-		w := mustWatcher(t, d.dispatcher, tc.key, tc.recursive, tc.pred, 1)
+		w := mustWatcher(t, d.Dispatcher, tc.key, tc.recursive, tc.pred, 1)
 		d.synced.add(w)
 		byName[w.set] = append(byName[w.set], name)
 		all = append(all, w)
@@ -148,7 +140,7 @@ func TestWatcherIndexLookup(t *testing.T) {
 		t.Fatalf("index holds %d watchers, want %d", got, len(watchers))
 	}
 	var found []string
-	for _, s := range d.synced.lookup(&event{typ: watch.Modified, key: a.Key, cur: aMoved, prev: a}) {
+	for _, s := range d.synced.lookup(&Event{Type: watch.Modified, Key: a.Key, Cur: aMoved, Prev: a}) {
 		found = append(found, byName[s]...)
 	}
 	var want []string

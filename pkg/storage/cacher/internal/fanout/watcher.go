@@ -1,6 +1,7 @@
-package cacher
+package fanout
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,23 +34,23 @@ const (
 	stopped
 )
 
-// watcher is one watch. While synced it costs no goroutine: the struct and
+// Watcher is one watch. While synced it costs no goroutine: the struct and
 // its channel buffer are all it holds.
-type watcher struct {
-	d *dispatcher
+type Watcher struct {
+	d *Dispatcher
 
 	// key and recursive select what the watch covers.
 	key       string
 	recursive bool
 	// filter selects the objects the watch receives; nil selects everything.
-	filter *filter
+	filter *Filter
 	// place is where the dispatcher's index files the watcher while synced.
 	place place
 	// bookmarks is whether the watch asked for bookmarks.
 	bookmarks bool
-	// deadline is when the server ends the watch, in Unix nanoseconds; zero
+	// Deadline is when the server ends the watch, in Unix nanoseconds; zero
 	// if never. A bookmark goes out shortly before it.
-	deadline int64
+	Deadline int64
 
 	// ch carries events to the consumer. It is closed by whoever feeds the
 	// watcher when it stops: the dispatcher while synced, the catch-up
@@ -60,11 +61,11 @@ type watcher struct {
 	stopOnce sync.Once
 	// unhookCtx detaches the context.AfterFunc that stops the watcher.
 	unhookCtx atomic.Pointer[func() bool]
-	// onInitialized tells priority and fairness that the watcher's initial
+	// OnInitialized tells priority and fairness that the watcher's initial
 	// events are sent; the catch-up goroutine calls it. Nil if nobody listens.
-	onInitialized func()
-	// onEnd is called once when the watcher ends; nil if nobody listens.
-	onEnd func()
+	OnInitialized func()
+	// OnEnd is called once when the watcher ends; nil if nobody listens.
+	OnEnd func()
 	// shutdownBookmarked is set once the watcher was sent its shutdown
 	// bookmark (see Shutdown); Begin reads it from its own goroutine.
 	shutdownBookmarked atomic.Bool
@@ -86,14 +87,14 @@ type watcher struct {
 	index int
 }
 
-var _ watch.Interface = &watcher{}
+var _ watch.Interface = &Watcher{}
 
 // ResultChan implements watch.Interface.
-func (w *watcher) ResultChan() <-chan watch.Event { return w.ch }
+func (w *Watcher) ResultChan() <-chan watch.Event { return w.ch }
 
 // Stop implements watch.Interface. It is safe to call more than once and
 // from any goroutine.
-func (w *watcher) Stop() {
+func (w *Watcher) Stop() {
 	if w.end() {
 		w.d.remove(w)
 	}
@@ -101,7 +102,7 @@ func (w *watcher) Stop() {
 
 // end closes done, once, and detaches the context hook. It reports
 // whether this call was the one that ended the watcher.
-func (w *watcher) end() bool {
+func (w *Watcher) end() bool {
 	ended := false
 	w.stopOnce.Do(func() {
 		ended = true
@@ -109,35 +110,35 @@ func (w *watcher) end() bool {
 		if unhook := w.unhookCtx.Load(); unhook != nil {
 			(*unhook)()
 		}
-		if w.onEnd != nil {
-			w.onEnd()
+		if w.OnEnd != nil {
+			w.OnEnd()
 		}
 	})
 	return ended
 }
 
-// newWatcher builds a watcher for a key and predicate. Its error is a 400
+// NewWatcher builds a watcher for a key and predicate. Its error is a 400
 // for a shard selector the cache cannot read.
-func newWatcher(d *dispatcher, key string, recursive bool, pred storage.SelectionPredicate, buffer int) (*watcher, error) {
-	f, err := newFilter(pred)
+func NewWatcher(d *Dispatcher, key string, recursive bool, pred storage.SelectionPredicate, buffer int) (*Watcher, error) {
+	f, err := NewFilter(pred)
 	if err != nil {
 		return nil, err
 	}
-	return &watcher{d: d, key: key, recursive: recursive, filter: f, bookmarks: pred.AllowWatchBookmarks,
+	return &Watcher{d: d, key: key, recursive: recursive, filter: f, bookmarks: pred.AllowWatchBookmarks,
 		place: placeFor(key, recursive, f, d.pres.trigger),
 		ch:    make(chan watch.Event, buffer), done: make(chan struct{})}, nil
 }
 
 // initialized reports that the initial events went out, or never will.
-func (w *watcher) initialized() {
-	if w.onInitialized != nil {
-		w.onInitialized()
+func (w *Watcher) initialized() {
+	if w.OnInitialized != nil {
+		w.OnInitialized()
 	}
 }
 
 // drained reports whether the watcher was sent its shutdown bookmark and
 // the consumer has taken everything sent so far, or whether it stopped.
-func (w *watcher) drained() bool {
+func (w *Watcher) drained() bool {
 	select {
 	case <-w.done:
 		return true
@@ -147,14 +148,27 @@ func (w *watcher) drained() bool {
 }
 
 // endsBy reports whether the watch's deadline is at or before t.
-func (w *watcher) endsBy(t time.Time) bool { return w.deadline != 0 && w.deadline <= t.UnixNano() }
+func (w *Watcher) endsBy(t time.Time) bool { return w.Deadline != 0 && w.Deadline <= t.UnixNano() }
 
 // covers reports whether the watch covers key.
-func (w *watcher) covers(key string) bool { return inScope(w.key, w.recursive, key) }
+func (w *Watcher) covers(key string) bool { return InScope(w.key, w.recursive, key) }
 
-// inScope reports whether key falls under a request for prefix: below it
+// Pending is how many events wait in the watcher's buffer for its
+// consumer.
+func (w *Watcher) Pending() int { return len(w.ch) }
+
+// Sharded reports whether the watcher selects a shard of the objects.
+func (w *Watcher) Sharded() bool { return w.filter != nil && w.filter.shard != nil }
+
+// StopWith stops the watcher when ctx ends.
+func (w *Watcher) StopWith(ctx context.Context) {
+	unhook := context.AfterFunc(ctx, w.Stop)
+	w.unhookCtx.Store(&unhook)
+}
+
+// InScope reports whether key falls under a request for prefix: below it
 // when recursive, equal to it otherwise.
-func inScope(prefix string, recursive bool, key string) bool {
+func InScope(prefix string, recursive bool, key string) bool {
 	if recursive {
 		return strings.HasPrefix(key, prefix)
 	}
@@ -163,7 +177,7 @@ func inScope(prefix string, recursive bool, key string) bool {
 
 // send blocks until the consumer takes ev or the watcher stops. Only the
 // catch-up goroutine uses it.
-func (w *watcher) send(ev watch.Event) bool {
+func (w *Watcher) send(ev watch.Event) bool {
 	select {
 	case <-w.done:
 		return false

@@ -1,7 +1,9 @@
-package cacher
+package fanout
 
 import (
 	"testing"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -18,9 +20,9 @@ import (
 func TestObjectFields(t *testing.T) {
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", Labels: map[string]string{"app": "x"}},
 		Spec: example.PodSpec{NodeName: "node-1"}}
-	_, set, _ := podAttrs(pod)
-	o := podObject(pod)
-	pr := &presenter{trigger: "spec.nodeName", codec: podIngest.Codec()}
+	_, set, _ := objecttest.PodAttrs(pod)
+	o := objecttest.PodObject(pod)
+	pr := &Presenter{trigger: "spec.nodeName", codec: objecttest.Pods.Codec()}
 	for _, tc := range []struct {
 		selector string
 		want     bool
@@ -45,10 +47,10 @@ func TestObjectFields(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := &filter{pred: &storage.SelectionPredicate{Label: labels.Everything(), Field: sel}}
+			p := &Filter{pred: &storage.SelectionPredicate{Label: labels.Everything(), Field: sel}}
 			f := pr.fields(o)
 			for range 3 {
-				if got, want := p.matches(o, pr, f), sel.Matches(set); got != tc.want || want != tc.want {
+				if got, want := p.Matches(o, pr, f), sel.Matches(set); got != tc.want || want != tc.want {
 					t.Errorf("objectFields %v, fields.Set %v, want %v", got, want, tc.want)
 				}
 			}
@@ -59,12 +61,12 @@ func TestObjectFields(t *testing.T) {
 	}
 	for _, p := range []*storage.SelectionPredicate{nil, {Label: labels.Everything(), Field: fields.Everything()},
 		{Label: labels.SelectorFromSet(labels.Set{"app": "y"}), Field: fields.OneTermEqualSelector("spec.restartPolicy", "a")}} {
-		var f *filter
+		var f *Filter
 		if p != nil {
-			f = &filter{pred: p}
+			f = &Filter{pred: p}
 		}
 		fs := pr.fields(o)
-		f.matches(o, pr, fs)
+		f.Matches(o, pr, fs)
 		if fs.done {
 			t.Errorf("fields computed for %v: no field selector, or one after a label that does not match", p)
 		}

@@ -1,4 +1,4 @@
-package cacher
+package fanout
 
 import (
 	"time"
@@ -9,8 +9,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// bookmarkTick is how often due bookmarks go out.
-const bookmarkTick = time.Second
+// BookmarkTick is how often due bookmarks go out.
+const BookmarkTick = time.Second
 
 // bookmarkBeforeDeadline is how long before a watch's deadline its last
 // bookmark goes out, so that the client resumes from a fresh resourceVersion.
@@ -32,10 +32,10 @@ func nextBookmarkTime(now, deadline time.Time, frequency time.Duration) time.Tim
 	return next
 }
 
-func (d *dispatcher) scheduleBookmarkLocked(w *watcher, now time.Time) {
+func (d *Dispatcher) scheduleBookmarkLocked(w *Watcher, now time.Time) {
 	var deadline time.Time
-	if w.deadline != 0 {
-		deadline = time.Unix(0, w.deadline)
+	if w.Deadline != 0 {
+		deadline = time.Unix(0, w.Deadline)
 	}
 	next := nextBookmarkTime(now, deadline, d.bookmarkFrequency)
 	if next.IsZero() {
@@ -48,7 +48,7 @@ func (d *dispatcher) scheduleBookmarkLocked(w *watcher, now time.Time) {
 	d.bookmarks[sec] = append(d.bookmarks[sec], w)
 }
 
-// sendBookmarks offers a bookmark at the head to every synced watcher that
+// SendBookmarks offers a bookmark at the head to every synced watcher that
 // is due one and does not hold the head already. A watcher whose channel
 // is full, or that is catching up, is tried again a second later: it has
 // events to read first.
@@ -60,7 +60,7 @@ func (d *dispatcher) scheduleBookmarkLocked(w *watcher, now time.Time) {
 // bookmarks past the resourceVersion a watch started from. The bookmark
 // before the watch's deadline always goes, once: clients, and upstream's
 // conformance, take it as the sign of a watch that ends on time.
-func (d *dispatcher) sendBookmarks(now time.Time) {
+func (d *Dispatcher) SendBookmarks(now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	_, head := d.log.Bounds()
@@ -71,7 +71,7 @@ func (d *dispatcher) sendBookmarks(now time.Time) {
 			switch {
 			case w.state == stopped:
 				continue
-			case w.state == synced && head <= w.sent && !w.endsBy(now.Add(bookmarkTick+bookmarkBeforeDeadline)):
+			case w.state == synced && head <= w.sent && !w.endsBy(now.Add(BookmarkTick+bookmarkBeforeDeadline)):
 				d.scheduleBookmarkLocked(w, now)
 				continue
 			case w.state == synced && head >= w.cursor:
@@ -93,9 +93,9 @@ func (d *dispatcher) sendBookmarks(now time.Time) {
 // at rv shares, with its encodings: each client is sent the bytes encoded
 // for the first. Upstream copies and encodes a bookmark for each watcher:
 // with 20,000 watchers, 20,000 encodings a minute while writes go on.
-func (d *dispatcher) sharedBookmarkLocked(rv uint64) runtime.Object {
+func (d *Dispatcher) sharedBookmarkLocked(rv uint64) runtime.Object {
 	if d.bookmark == nil || d.bookmarkRV != rv {
-		d.bookmark, d.bookmarkRV = d.pres.shared(d.bookmarkObject(rv, false), rv), rv
+		d.bookmark, d.bookmarkRV = d.pres.shared(d.BookmarkObject(rv, false), rv), rv
 	}
 	return d.bookmark
 }
@@ -107,17 +107,17 @@ func (d *dispatcher) sharedBookmarkLocked(rv uint64) runtime.Object {
 // catching-up watcher gets its bookmark from its catch-up, once it reaches
 // the head (owesShutdownBookmark). It returns every watcher owed a
 // bookmark, for Begin to wait on.
-func (d *dispatcher) beginShutdown() []*watcher {
+func (d *Dispatcher) beginShutdown() []*Watcher {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.shuttingDown = true
-	var owed, full []*watcher
+	var owed, full []*Watcher
 	for w := range d.lagging {
 		if w.bookmarks {
 			owed = append(owed, w)
 		}
 	}
-	d.synced.each(func(w *watcher) {
+	d.synced.each(func(w *Watcher) {
 		if !w.bookmarks {
 			return
 		}
@@ -136,7 +136,7 @@ func (d *dispatcher) beginShutdown() []*watcher {
 
 // owesShutdownBookmark reports whether w, caught up by its catch-up
 // goroutine, must be sent its shutdown bookmark before it syncs.
-func (d *dispatcher) owesShutdownBookmark(w *watcher) bool {
+func (d *Dispatcher) owesShutdownBookmark(w *Watcher) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.shuttingDown && w.bookmarks && !w.shutdownBookmarked.Load()
@@ -148,7 +148,7 @@ func (d *dispatcher) owesShutdownBookmark(w *watcher) bool {
 // another replica served it) gets a bookmark at its own resourceVersion:
 // never an older one, and without one it would end with nothing delivered
 // and make client-go re-list.
-func (d *dispatcher) bookmarkNowLocked(w *watcher) bool {
+func (d *Dispatcher) bookmarkNowLocked(w *Watcher) bool {
 	_, head := d.log.Bounds()
 	if !w.bookmarks || w.state != synced {
 		return false
@@ -164,8 +164,8 @@ func (d *dispatcher) bookmarkNowLocked(w *watcher) bool {
 	}
 }
 
-// bookmarkObject is an empty object carrying a resourceVersion.
-func (d *dispatcher) bookmarkObject(rv uint64, initialEventsEnd bool) runtime.Object {
+// BookmarkObject is an empty object carrying a resourceVersion.
+func (d *Dispatcher) BookmarkObject(rv uint64, initialEventsEnd bool) runtime.Object {
 	obj := d.newFunc()
 	if err := d.versioner.UpdateObject(obj, rv); err != nil {
 		// newFunc returns objects with metadata; say so if one does not.

@@ -1,10 +1,12 @@
-package cacher
+package fanout
 
 import (
 	"context"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -26,7 +28,7 @@ func newShutdownTest(names ...string) (*testDispatcher, *Shutdown) {
 		d.put(name, nil, "n1")
 	}
 	s := NewShutdown()
-	s.register(d.dispatcher)
+	s.Register(d.Dispatcher)
 	return d, s
 }
 
@@ -49,7 +51,7 @@ func TestShutdownWaitsForBookmarks(t *testing.T) {
 		t.Fatal("Begin returned before the watcher took its bookmark")
 	case <-time.After(100 * time.Millisecond):
 	}
-	if got := receive(t, w, 1); got[0].typ != watch.Bookmark {
+	if got := objecttest.Receive(t, w, 1); got[0].Type != watch.Bookmark {
 		t.Fatalf("got %v, want a bookmark", got)
 	}
 	select {
@@ -61,8 +63,8 @@ func TestShutdownWaitsForBookmarks(t *testing.T) {
 	later := newTestDispatcher(64)
 	later.put("b", nil, "n1")
 	lw := later.watch(t, everythingWithBookmarks, 10)
-	s.register(later.dispatcher)
-	if got := receive(t, lw, 1); got[0].typ != watch.Bookmark {
+	s.Register(later.Dispatcher)
+	if got := objecttest.Receive(t, lw, 1); got[0].Type != watch.Bookmark {
 		t.Fatalf("a cache registered after Begin: got %v, want a bookmark", got)
 	}
 }
@@ -86,14 +88,14 @@ func TestShutdownGivesUp(t *testing.T) {
 func TestShutdownBookmarksEveryWatcher(t *testing.T) {
 	d, s := newShutdownTest("a", "b", "c")
 
-	ahead := mustWatcher(t, d.dispatcher, "/pods/", true, everythingWithBookmarks, 10)
-	if _, err := d.register(ahead, false, false, false, d.rv+5); err != nil {
+	ahead := mustWatcher(t, d.Dispatcher, "/pods/", true, everythingWithBookmarks, 10)
+	if _, err := d.Register(ahead, false, false, false, d.rv+5); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ahead.Stop)
 	// A buffer of one: the catch-up from the first event blocks on it.
-	behind := mustWatcher(t, d.dispatcher, "/pods/", true, everythingWithBookmarks, 1)
-	if _, err := d.register(behind, false, false, false, 1); err != nil {
+	behind := mustWatcher(t, d.Dispatcher, "/pods/", true, everythingWithBookmarks, 1)
+	if _, err := d.Register(behind, false, false, false, 1); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(behind.Stop)
@@ -102,11 +104,11 @@ func TestShutdownBookmarksEveryWatcher(t *testing.T) {
 	defer cancel()
 	go s.Begin(ctx)
 
-	if got := receive(t, ahead, 1); got[0].typ != watch.Bookmark || got[0].rv != fmt.Sprint(d.rv+5) {
+	if got := objecttest.Receive(t, ahead, 1); got[0].Type != watch.Bookmark || got[0].RV != fmt.Sprint(d.rv+5) {
 		t.Fatalf("a watcher ahead of the cache: got %v, want a bookmark at %d", got, d.rv+5)
 	}
-	got := receive(t, behind, 4)
-	if got[3].typ != watch.Bookmark || got[3].rv != fmt.Sprint(d.rv) {
+	got := objecttest.Receive(t, behind, 4)
+	if got[3].Type != watch.Bookmark || got[3].RV != fmt.Sprint(d.rv) {
 		t.Fatalf("a watcher catching up: got %v, want its 3 events, then a bookmark at %d", got, d.rv)
 	}
 }
@@ -136,8 +138,8 @@ func TestShutdownBookmarksAFullWatcher(t *testing.T) {
 	}); err != nil {
 		t.Fatal("shutdown never began")
 	}
-	got := receive(t, w, 2)
-	if got[0].name != "b" || got[1].typ != watch.Bookmark || got[1].rv != fmt.Sprint(d.rv) {
+	got := objecttest.Receive(t, w, 2)
+	if got[0].Name != "b" || got[1].Type != watch.Bookmark || got[1].RV != fmt.Sprint(d.rv) {
 		t.Fatalf("a full watcher: got %v, want b, then a bookmark at %d", got, d.rv)
 	}
 	select {

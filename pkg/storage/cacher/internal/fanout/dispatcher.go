@@ -1,4 +1,4 @@
-package cacher
+package fanout
 
 import (
 	"fmt"
@@ -17,9 +17,9 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
 
-// dispatcher fans events out to watchers, with this slow-consumer policy:
+// Dispatcher fans events out to watchers, with this slow-consumer policy:
 //
-//   - A synced watcher is at the log head. The dispatcher offers it each
+//   - A synced watcher is at the log head. The Dispatcher offers it each
 //     event without blocking. Nobody waits for a slow consumer.
 //   - When a synced watcher's channel is full, the event is not dropped:
 //     the watcher is parked at its cursor and a goroutine of its own feeds
@@ -30,16 +30,16 @@ import (
 //     error event, so that its client resumes or re-lists.
 //
 // This is etcd's mvcc synced/unsynced watcher split. A synced watcher costs
-// no goroutine. The dispatcher also owns the store and log updates, so that
+// no goroutine. The Dispatcher also owns the store and log updates, so that
 // a new watcher registers against a state and a log that agree.
-type dispatcher struct {
-	store     *eventStore
-	log       *eventLog
-	pres      *presenter
+type Dispatcher struct {
+	store     *Store
+	log       *Log
+	pres      *Presenter
 	versioner storage.Versioner
 	newFunc   func() runtime.Object
 	clock     clock.Clock
-	metrics   *cacheMetrics
+	metrics   *Metrics
 	// bookmarkFrequency is how often a watcher that asked for bookmarks gets one.
 	bookmarkFrequency time.Duration
 	// gate bounds the watchers streaming initial events at once; nil: no bound.
@@ -54,9 +54,9 @@ type dispatcher struct {
 	// those that may match it.
 	synced *watcherIndex
 	// lagging holds catching-up watchers.
-	lagging map[*watcher]struct{}
+	lagging map[*Watcher]struct{}
 	// bookmarks holds watchers due a bookmark, by Unix second.
-	bookmarks map[int64][]*watcher
+	bookmarks map[int64][]*Watcher
 	// lastBookmarkSecond is the last second whose bookmarks went out.
 	lastBookmarkSecond int64
 	// bookmark is the bookmark at bookmarkRV that watchers share.
@@ -65,7 +65,7 @@ type dispatcher struct {
 	// headCh is closed and replaced whenever the head moves.
 	headCh chan struct{}
 	// parkBuf is scratch space for fanOutLocked.
-	parkBuf []*watcher
+	parkBuf []*Watcher
 	// delivered counts fanOutLocked's sends to synced watchers for one event.
 	delivered int
 	// shuttingDown is set by beginShutdown.
@@ -75,22 +75,52 @@ type dispatcher struct {
 	evictedReported uint64
 }
 
-func newDispatcher(s *eventStore, l *eventLog, pres *presenter, versioner storage.Versioner, newFunc func() runtime.Object,
-	clk clock.Clock, bookmarkFrequency time.Duration, m *cacheMetrics) *dispatcher {
-	return &dispatcher{
-		store: s, log: l, pres: pres, versioner: versioner, newFunc: newFunc, clock: clk, metrics: m,
-		bookmarkFrequency:  bookmarkFrequency,
+// Config is what a Dispatcher fans out from and to.
+type Config struct {
+	// Store and Log are the current objects and the history the
+	// dispatcher updates for each event, and watchers read.
+	Store *Store
+	Log   *Log
+	// Presenter makes what watchers are sent of an object.
+	Presenter *Presenter
+	// Versioner sets the resourceVersion of bookmarks and leaving objects.
+	Versioner storage.Versioner
+	// NewFunc makes the empty object a bookmark carries.
+	NewFunc func() runtime.Object
+	// Clock times bookmarks and waits.
+	Clock clock.Clock
+	// BookmarkFrequency is how often a watcher that asked for bookmarks gets one.
+	BookmarkFrequency time.Duration
+	// Gate bounds the watchers streaming initial events at once; nil: no bound.
+	Gate *gate.InitialEvents
+	// Metrics are what the dispatcher reports.
+	Metrics *Metrics
+}
+
+// NewDispatcher returns a dispatcher with no watcher.
+func NewDispatcher(cfg Config) *Dispatcher {
+	return &Dispatcher{
+		store: cfg.Store, log: cfg.Log, pres: cfg.Presenter, versioner: cfg.Versioner, newFunc: cfg.NewFunc,
+		clock: cfg.Clock, metrics: cfg.Metrics, gate: cfg.Gate,
+		bookmarkFrequency:  cfg.BookmarkFrequency,
 		synced:             newWatcherIndex(),
-		lagging:            map[*watcher]struct{}{},
-		bookmarks:          map[int64][]*watcher{},
-		lastBookmarkSecond: clk.Now().Unix(),
+		lagging:            map[*Watcher]struct{}{},
+		bookmarks:          map[int64][]*Watcher{},
+		lastBookmarkSecond: cfg.Clock.Now().Unix(),
 		headCh:             make(chan struct{}),
 	}
 }
 
-// process applies an event to the store and the log and offers it to the
+// Close ends every watcher, with no error event, as when the cache stops.
+func (d *Dispatcher) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.endAllLocked(nil)
+}
+
+// Process applies an event to the store and the log and offers it to the
 // synced watchers the index finds for it.
-func (d *dispatcher) process(e *event) {
+func (d *Dispatcher) Process(e *Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	_, prevHead := d.log.Bounds()
@@ -107,17 +137,17 @@ func (d *dispatcher) process(e *event) {
 	d.delivered = 0
 	for _, w := range d.parkBuf {
 		d.parkLocked(w, prevHead)
-		d.metrics.parked.Inc()
+		d.metrics.Parked.Inc()
 	}
-	d.metrics.eventsDispatched.Inc()
+	d.metrics.Dispatched.Inc()
 	clear(d.parkBuf)
 	d.parkBuf = d.parkBuf[:0]
 	d.notifyHeadLocked()
 }
 
-func (d *dispatcher) fanOutLocked(list []*watcher, e *event, m *eventFields) {
+func (d *Dispatcher) fanOutLocked(list []*Watcher, e *Event, m *eventFields) {
 	for _, w := range list {
-		if e.rv <= w.cursor || !w.covers(e.key) {
+		if e.Rev <= w.cursor || !w.covers(e.Key) {
 			continue
 		}
 		ev, ok := e.forWatcher(w.filter, d.versioner, d.pres, m)
@@ -126,7 +156,7 @@ func (d *dispatcher) fanOutLocked(list []*watcher, e *event, m *eventFields) {
 		}
 		select {
 		case w.ch <- ev:
-			w.sent = e.rv
+			w.sent = e.Rev
 			d.delivered++
 		default:
 			d.parkBuf = append(d.parkBuf, w)
@@ -142,8 +172,8 @@ func (d *dispatcher) fanOutLocked(list []*watcher, e *event, m *eventFields) {
 // ("cache_to_watcher"), from built, which is zero for the dispatcher's
 // sends, which never wait. The clock is the real one: the decode time is.
 // A fan-out's sends are timed together, at its end.
-func (d *dispatcher) observeDelivered(e *event, n int, built time.Time) {
-	if n == 0 || e.decoded == 0 {
+func (d *Dispatcher) observeDelivered(e *Event, n int, built time.Time) {
+	if n == 0 || e.Decoded == 0 {
 		return
 	}
 	now := time.Now()
@@ -151,17 +181,17 @@ func (d *dispatcher) observeDelivered(e *event, n int, built time.Time) {
 	if !built.IsZero() {
 		wait = now.Sub(built)
 	}
-	total := time.Duration(now.UnixNano() - e.decoded)
-	toCache := time.Duration(e.received - e.decoded)
+	total := time.Duration(now.UnixNano() - e.Decoded)
+	toCache := time.Duration(e.Received - e.Decoded)
 	for range n {
-		d.metrics.dispatch.ObserveStage(upstream.StageStorageToCache, toCache)
-		d.metrics.dispatch.ObserveStage(upstream.StageCacheToWatcher, wait)
-		d.metrics.dispatch.ObserveStage(upstream.StageTotal, total)
+		d.metrics.Dispatch.ObserveStage(upstream.StageStorageToCache, toCache)
+		d.metrics.Dispatch.ObserveStage(upstream.StageCacheToWatcher, wait)
+		d.metrics.Dispatch.ObserveStage(upstream.StageTotal, total)
 	}
 }
 
-// progress moves the head to rv on an etcd progress notification.
-func (d *dispatcher) progress(rv uint64) {
+// Progress moves the head to rv on an etcd Progress notification.
+func (d *Dispatcher) Progress(rv uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.store.Advance(rv)
@@ -169,12 +199,12 @@ func (d *dispatcher) progress(rv uint64) {
 	d.notifyHeadLocked()
 }
 
-// compacted drops history that etcd has compacted away, so that the cache
+// Compacted drops history that etcd has Compacted away, so that the cache
 // answers a watch or an exact list from before rev with 410, as etcd would.
 // etcd3's compactor keeps at least one compaction interval (5 minutes by
 // default) of history, far more than the log's window, so in practice this
 // only matters after an explicit compaction.
-func (d *dispatcher) compacted(rev int64) {
+func (d *Dispatcher) Compacted(rev int64) {
 	if rev <= 0 {
 		return
 	}
@@ -191,10 +221,10 @@ func (d *dispatcher) compacted(rev int64) {
 	d.store.Prune(upTo)
 }
 
-// reset ends every watcher and installs a fresh list, as after a relist.
+// Reset ends every watcher and installs a fresh list, as after a relist.
 // Ended watchers' clients resume from their last resourceVersion, and get
 // 410 if it is older than the new list.
-func (d *dispatcher) reset(objs []*object.Object, rv uint64) {
+func (d *Dispatcher) Reset(objs []*object.Object, rv uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.endAllLocked(nil)
@@ -203,18 +233,18 @@ func (d *dispatcher) reset(objs []*object.Object, rv uint64) {
 	d.notifyHeadLocked()
 }
 
-// prependHistory puts a backfill's events in front of the log; see
+// PrependHistory puts a backfill's events in front of the log; see
 // eventLog.prepend.
-func (d *dispatcher) prependHistory(events []*event, from, upTo, generation uint64) bool {
+func (d *Dispatcher) PrependHistory(events []*Event, from, upTo, generation uint64) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.log.Prepend(events, from, upTo, generation)
 }
 
-// endAll ends every watcher after the cache lost its etcd watch. Each
+// EndAll ends every watcher after the cache lost its etcd watch. Each
 // gets a 410 if its channel has room, and its channel closes either way:
 // its position can no longer be served, and its client must re-establish.
-func (d *dispatcher) endAll(reason string) {
+func (d *Dispatcher) EndAll(reason string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	err := apierrors.NewResourceExpired(fmt.Sprintf("%s; the watch cache is re-listing, so list again", reason))
@@ -223,10 +253,10 @@ func (d *dispatcher) endAll(reason string) {
 
 // endAllLocked closes every watcher's channel, or has its catch-up
 // goroutine close it. With errEv, synced watchers with room get it first.
-func (d *dispatcher) endAllLocked(errEv *watch.Event) {
+func (d *Dispatcher) endAllLocked(errEv *watch.Event) {
 	ended := 0
-	defer func() { d.metrics.terminated.Add(float64(ended)) }()
-	endSynced := func(w *watcher) {
+	defer func() { d.metrics.Terminated.Add(float64(ended)) }()
+	endSynced := func(w *Watcher) {
 		ended++
 		w.end()
 		w.state = stopped
@@ -246,8 +276,8 @@ func (d *dispatcher) endAllLocked(errEv *watch.Event) {
 	d.synced = newWatcherIndex()
 }
 
-// recordGauges updates the watcher and memory gauges.
-func (d *dispatcher) recordGauges() {
+// RecordGauges updates the watcher and memory gauges.
+func (d *Dispatcher) RecordGauges() {
 	d.mu.Lock()
 	synced := d.synced.len()
 	lagging := len(d.lagging)
@@ -255,14 +285,14 @@ func (d *dispatcher) recordGauges() {
 	newlyEvicted := evicted - d.evictedReported
 	d.evictedReported = evicted
 	d.mu.Unlock()
-	d.metrics.historyBytes.Set(float64(bytes))
-	d.metrics.evicted.Add(float64(newlyEvicted))
+	d.metrics.HistoryBytes.Set(float64(bytes))
+	d.metrics.Evicted.Add(float64(newlyEvicted))
 	_, snapshots := d.store.Stats()
-	d.metrics.synced.Set(float64(synced))
-	d.metrics.lagging.Set(float64(lagging))
-	d.metrics.snapshots.Set(float64(snapshots))
-	d.metrics.history.Set(float64(d.log.Len()))
-	d.metrics.capacity.Set(float64(d.log.Capacity()))
+	d.metrics.Synced.Set(float64(synced))
+	d.metrics.Lagging.Set(float64(lagging))
+	d.metrics.Snapshots.Set(float64(snapshots))
+	d.metrics.History.Set(float64(d.log.Len()))
+	d.metrics.Capacity.Set(float64(d.log.Capacity()))
 }
 
 // initialEvents is what a new watcher receives before the stream.
@@ -277,10 +307,10 @@ type initialEvents struct {
 	endBookmark bool
 }
 
-// register adds a watcher. With init, it first receives the matching
+// Register adds a watcher. With init, it first receives the matching
 // objects of the current state, then the events after it. Without, it
 // starts after resourceVersion from (the head, when startAtHead).
-func (d *dispatcher) register(w *watcher, withInit, endBookmark, startAtHead bool, from uint64) (watch.Interface, error) {
+func (d *Dispatcher) Register(w *Watcher, withInit, endBookmark, startAtHead bool, from uint64) (watch.Interface, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if w.state == stopped {
@@ -328,13 +358,13 @@ func tooOld(rv, since uint64) watch.Event {
 	return watch.Event{Type: watch.Error, Object: &err.ErrStatus}
 }
 
-func (d *dispatcher) addLocked(w *watcher) {
+func (d *Dispatcher) addLocked(w *Watcher) {
 	w.state = synced
 	d.synced.add(w)
 }
 
 // remove is Stop's half in the dispatcher.
-func (d *dispatcher) remove(w *watcher) {
+func (d *Dispatcher) remove(w *Watcher) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch w.state {

@@ -1,4 +1,4 @@
-package cacher
+package fanout
 
 import (
 	"fmt"
@@ -10,7 +10,7 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
-// presenter makes what selectors and watchers see of a cached object, when
+// Presenter makes what selectors and watchers see of a cached object, when
 // they need it, instead of the cache keeping it with every object:
 //   - its selectable fields as a fields.Set, only for a field selector on a
 //     field other than the name and the trigger field. The object keeps
@@ -18,7 +18,7 @@ import (
 //     keeps a map of about 350 bytes an object);
 //   - its Caching, only when it is sent, dropped with its encodings
 //     and its decoded copy by the expiry.
-type presenter struct {
+type Presenter struct {
 	// trigger is Config.TriggerField; "" if none.
 	trigger string
 	// codec encodes the objects shared that are not cached.
@@ -27,15 +27,22 @@ type presenter struct {
 	expiry *object.Expiry
 }
 
+// NewPresenter returns a presenter for objects with trigger as their
+// trigger field ("" if none), encoded by codec, whose Cachings expiry
+// detaches (nil keeps them while the object is current).
+func NewPresenter(trigger string, codec *object.Codec, expiry *object.Expiry) *Presenter {
+	return &Presenter{trigger: trigger, codec: codec, expiry: expiry}
+}
+
 // caching returns o's Caching, which every sender shares until the
 // expiry's TTL passes unused.
-func (pr *presenter) caching(o *object.Object) *object.Caching { return o.Caching(pr.expiry) }
+func (pr *Presenter) caching(o *object.Object) *object.Caching { return o.Caching(pr.expiry) }
 
 // shared returns a Caching for obj, an object at rv that the cache
 // does not hold, such as a bookmark, so that every watcher sent it shares
 // its encodings. If it cannot be encoded as cached objects are, its
 // encodings are made from obj.
-func (pr *presenter) shared(obj runtime.Object, rv uint64) runtime.Object {
+func (pr *Presenter) shared(obj runtime.Object, rv uint64) runtime.Object {
 	raw, err := pr.codec.Encode(obj)
 	if err != nil {
 		klog.ErrorS(err, "Cannot encode an object to share", "type", fmt.Sprintf("%T", obj))
@@ -47,7 +54,7 @@ func (pr *presenter) shared(obj runtime.Object, rv uint64) runtime.Object {
 // fields returns o's selectable fields for a selector to read; nothing is
 // computed until the selector asks for a field other than the trigger.
 // A nil o has no fields.
-func (pr *presenter) fields(o *object.Object) *objectFields {
+func (pr *Presenter) fields(o *object.Object) *objectFields {
 	return &objectFields{pr: pr, o: o}
 }
 
@@ -55,14 +62,14 @@ func (pr *presenter) fields(o *object.Object) *objectFields {
 // all the watchers it is offered to: one allocation an event.
 type eventFields struct{ cur, prev objectFields }
 
-func (pr *presenter) eventFields(e *event) *eventFields {
-	return &eventFields{cur: objectFields{pr: pr, o: e.cur}, prev: objectFields{pr: pr, o: e.prev}}
+func (pr *Presenter) eventFields(e *Event) *eventFields {
+	return &eventFields{cur: objectFields{pr: pr, o: e.Cur}, prev: objectFields{pr: pr, o: e.Prev}}
 }
 
 // objectFields is one object's selectable fields, computed at most once.
 // It is not safe for concurrent use.
 type objectFields struct {
-	pr   *presenter
+	pr   *Presenter
 	o    *object.Object
 	set  fields.Set
 	done bool

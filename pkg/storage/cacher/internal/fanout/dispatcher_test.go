@@ -1,4 +1,4 @@
-package cacher
+package fanout
 
 import (
 	"context"
@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
@@ -26,19 +27,20 @@ import (
 
 // testDispatcher drives a dispatcher without etcd.
 type testDispatcher struct {
-	*dispatcher
+	*Dispatcher
 	clock *testingclock.FakeClock
 	rv    uint64
 }
 
 func newTestDispatcher(logMax int) *testDispatcher {
 	clk := testingclock.NewFakeClock(time.Unix(10_000, 0))
-	s := store.New[*event](nil)
-	l := history.New[*event](history.Config{Window: time.Minute, MinSize: 4, MaxSize: logMax})
-	d := newDispatcher(s, l, &presenter{trigger: "spec.nodeName", codec: podIngest.Codec()}, storage.APIObjectVersioner{}, func() runtime.Object { return &example.Pod{} }, clk, time.Minute,
-		newCacheMetrics(schema.GroupResource{Resource: "pods"}))
-	d.reset(nil, 1)
-	return &testDispatcher{dispatcher: d, clock: clk, rv: 1}
+	s := store.New[*Event](nil)
+	l := history.New[*Event](history.Config{Window: time.Minute, MinSize: 4, MaxSize: logMax})
+	d := NewDispatcher(Config{Store: s, Log: l, Presenter: NewPresenter("spec.nodeName", objecttest.Pods.Codec(), nil),
+		Versioner: storage.APIObjectVersioner{}, NewFunc: func() runtime.Object { return &example.Pod{} }, Clock: clk,
+		BookmarkFrequency: time.Minute, Metrics: newTestMetrics()})
+	d.Reset(nil, 1)
+	return &testDispatcher{Dispatcher: d, clock: clk, rv: 1}
 }
 
 // put writes a pod with labels and node name, as ingest would.
@@ -46,13 +48,13 @@ func (d *testDispatcher) put(name string, lbls map[string]string, node string) {
 	d.rv++
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: lbls,
 		ResourceVersion: fmt.Sprint(d.rv)}, Spec: example.PodSpec{NodeName: node}}
-	o := podObject(pod)
+	o := objecttest.PodObject(pod)
 	prev, _ := d.store.Get(o.Key)
 	typ := watch.Added
 	if prev != nil {
 		typ = watch.Modified
 	}
-	d.process(&event{typ: typ, key: o.Key, rv: d.rv, cur: o, prev: prev, recorded: d.clock.Now()})
+	d.Process(&Event{Type: typ, Key: o.Key, Rev: d.rv, Cur: o, Prev: prev, Seen: d.clock.Now()})
 }
 
 func (d *testDispatcher) del(name string) {
@@ -60,14 +62,14 @@ func (d *testDispatcher) del(name string) {
 	prev, _ := d.store.Get("/pods/ns/" + name)
 	gone := prev.DeepCopyObject().(*example.Pod)
 	gone.ResourceVersion = fmt.Sprint(d.rv)
-	cur := podObject(gone)
-	d.process(&event{typ: watch.Deleted, key: prev.Key, rv: d.rv, cur: cur, prev: prev, recorded: d.clock.Now()})
+	cur := objecttest.PodObject(gone)
+	d.Process(&Event{Type: watch.Deleted, Key: prev.Key, Rev: d.rv, Cur: cur, Prev: prev, Seen: d.clock.Now()})
 }
 
-func (d *testDispatcher) watch(t *testing.T, pred storage.SelectionPredicate, buffer int) *watcher {
+func (d *testDispatcher) watch(t *testing.T, pred storage.SelectionPredicate, buffer int) *Watcher {
 	t.Helper()
-	w := mustWatcher(t, d.dispatcher, "/pods/", true, pred, buffer)
-	if _, err := d.register(w, false, false, false, d.rv); err != nil {
+	w := mustWatcher(t, d.Dispatcher, "/pods/", true, pred, buffer)
+	if _, err := d.Register(w, false, false, false, d.rv); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
@@ -75,44 +77,16 @@ func (d *testDispatcher) watch(t *testing.T, pred storage.SelectionPredicate, bu
 }
 
 // mustWatcher builds a watcher, failing the test if the predicate is refused.
-func mustWatcher(t testing.TB, d *dispatcher, key string, recursive bool, pred storage.SelectionPredicate, buffer int) *watcher {
+func mustWatcher(t testing.TB, d *Dispatcher, key string, recursive bool, pred storage.SelectionPredicate, buffer int) *Watcher {
 	t.Helper()
-	w, err := newWatcher(d, key, recursive, pred, buffer)
+	w, err := NewWatcher(d, key, recursive, pred, buffer)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return w
 }
 
-type got struct {
-	typ  watch.EventType
-	name string
-	rv   string
-}
-
-func receive(t *testing.T, w watch.Interface, n int) []got {
-	t.Helper()
-	var out []got
-	for len(out) < n {
-		select {
-		case e, ok := <-w.ResultChan():
-			if !ok {
-				t.Fatalf("watch closed after %v", out)
-			}
-			if e.Type == watch.Error {
-				out = append(out, got{typ: e.Type})
-				continue
-			}
-			m := metaOf(t, e.Object)
-			out = append(out, got{e.Type, m.GetName(), m.GetResourceVersion()})
-		case <-time.After(10 * time.Second):
-			t.Fatalf("only %d of %d events: %v", len(out), n, out)
-		}
-	}
-	return out
-}
-
-func expectNothing(t *testing.T, w *watcher) {
+func expectNothing(t *testing.T, w *Watcher) {
 	t.Helper()
 	select {
 	case e := <-w.ch:
@@ -136,21 +110,21 @@ func TestSelectorTransitions(t *testing.T) {
 	d.put("q", db, "")  // 8
 	d.del("q")          // 9: deleted while not matching: nothing
 
-	want := []got{
-		{watch.Added, "p", "3"}, {watch.Modified, "p", "4"}, {watch.Deleted, "p", "5"},
-		{watch.Added, "p", "6"}, {watch.Deleted, "p", "7"},
+	want := []objecttest.Got{
+		{Type: watch.Added, Name: "p", RV: "3"}, {Type: watch.Modified, Name: "p", RV: "4"}, {Type: watch.Deleted, Name: "p", RV: "5"},
+		{Type: watch.Added, Name: "p", RV: "6"}, {Type: watch.Deleted, Name: "p", RV: "7"},
 	}
-	if g := receive(t, w, len(want)); fmt.Sprint(g) != fmt.Sprint(want) {
+	if g := objecttest.Receive(t, w, len(want)); fmt.Sprint(g) != fmt.Sprint(want) {
 		t.Fatalf("got %v, want %v", g, want)
 	}
 	expectNothing(t, w)
 	// The leaving object keeps its previous (matching) labels.
 	d.put("r", web, "")
 	d.put("r", db, "")
-	receive(t, w, 1)
+	objecttest.Receive(t, w, 1)
 	e, _ := testkit.Recv(t, w.ch, "the leaving event")
-	if e.Type != watch.Deleted || metaOf(t, e.Object).GetLabels()["app"] != "web" {
-		t.Fatalf("leaving event %s carries labels %v, want the previous app=web", e.Type, metaOf(t, e.Object).GetLabels())
+	if e.Type != watch.Deleted || objecttest.MetaOf(t, e.Object).GetLabels()["app"] != "web" {
+		t.Fatalf("leaving event %s carries labels %v, want the previous app=web", e.Type, objecttest.MetaOf(t, e.Object).GetLabels())
 	}
 }
 
@@ -177,18 +151,18 @@ func TestTriggerIndex(t *testing.T) {
 	}
 
 	d.put("p", nil, "node-a")
-	if g := receive(t, a, 1); g[0].typ != watch.Added {
+	if g := objecttest.Receive(t, a, 1); g[0].Type != watch.Added {
 		t.Fatalf("node-a watcher got %v", g)
 	}
-	receive(t, all, 1)
+	objecttest.Receive(t, all, 1)
 	expectNothing(t, b)
 
 	// Moving an object from node-a to node-b tells both.
 	d.put("p", nil, "node-b")
-	if g := receive(t, a, 1); g[0].typ != watch.Deleted {
+	if g := objecttest.Receive(t, a, 1); g[0].Type != watch.Deleted {
 		t.Fatalf("node-a watcher got %v, want DELETED", g)
 	}
-	if g := receive(t, b, 1); g[0].typ != watch.Added {
+	if g := objecttest.Receive(t, b, 1); g[0].Type != watch.Added {
 		t.Fatalf("node-b watcher got %v, want ADDED", g)
 	}
 
@@ -204,7 +178,7 @@ func TestTriggerIndex(t *testing.T) {
 
 func TestSlowWatcherCatchesUp(t *testing.T) {
 	d := newTestDispatcher(1000)
-	parkedBefore, err := testutil.GetCounterMetricValue(d.metrics.parked)
+	parkedBefore, err := testutil.GetCounterMetricValue(d.metrics.Parked)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +189,7 @@ func TestSlowWatcherCatchesUp(t *testing.T) {
 		d.put(fmt.Sprintf("p%03d", i), nil, "")
 	}
 	// The fast watcher got every event without waiting for the slow one.
-	if g := receive(t, fast, n); g[n-1].name != "p199" {
+	if g := objecttest.Receive(t, fast, n); g[n-1].Name != "p199" {
 		t.Fatalf("fast watcher's last event: %v", g[n-1])
 	}
 	d.mu.Lock()
@@ -224,13 +198,13 @@ func TestSlowWatcherCatchesUp(t *testing.T) {
 	if !lagging {
 		t.Fatal("a watcher with a full channel must be catching up")
 	}
-	if parked, _ := testutil.GetCounterMetricValue(d.metrics.parked); parked <= parkedBefore {
+	if parked, _ := testutil.GetCounterMetricValue(d.metrics.Parked); parked <= parkedBefore {
 		t.Fatalf("cached_apiserver_watch_cache_parked_watchers_total stayed at %v", parked)
 	}
 	// The slow one gets them all too, in order, from the log.
-	g := receive(t, slow, n)
+	g := objecttest.Receive(t, slow, n)
 	for i, e := range g {
-		if want := fmt.Sprintf("p%03d", i); e.name != want || e.typ != watch.Added {
+		if want := fmt.Sprintf("p%03d", i); e.Name != want || e.Type != watch.Added {
 			t.Fatalf("slow watcher event %d: %v, want ADDED %s", i, e, want)
 		}
 	}
@@ -245,7 +219,7 @@ func TestSlowWatcherCatchesUp(t *testing.T) {
 		t.Fatal("caught-up watcher never synced")
 	}
 	d.put("late", nil, "")
-	if g := receive(t, slow, 1); g[0].name != "late" {
+	if g := objecttest.Receive(t, slow, 1); g[0].Name != "late" {
 		t.Fatalf("after catching up got %v", g)
 	}
 }
@@ -259,7 +233,7 @@ func TestSlowWatcherCatchesUp(t *testing.T) {
 func TestParkedAgainRightAfterSyncing(t *testing.T) {
 	d := newTestDispatcher(100_000)
 	const watchers, n = 50, 2000
-	ws := make([]*watcher, watchers)
+	ws := make([]*Watcher, watchers)
 	for i := range ws {
 		ws[i] = d.watch(t, storage.Everything, 1)
 	}
@@ -279,7 +253,7 @@ func TestParkedAgainRightAfterSyncing(t *testing.T) {
 					results <- fmt.Errorf("channel closed after %d events", i)
 					return
 				}
-				if name := metaOf(t, e.Object).GetName(); name != fmt.Sprintf("p%04d", i) {
+				if name := objecttest.MetaOf(t, e.Object).GetName(); name != fmt.Sprintf("p%04d", i) {
 					results <- fmt.Errorf("event %d is %s", i, name)
 					return
 				}
@@ -296,7 +270,7 @@ func TestParkedAgainRightAfterSyncing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if parked, _ := testutil.GetCounterMetricValue(d.metrics.parked); parked < watchers {
+	if parked, _ := testutil.GetCounterMetricValue(d.metrics.Parked); parked < watchers {
 		t.Fatalf("only %v parks: the test did not exercise parking", parked)
 	}
 }
@@ -327,8 +301,8 @@ func TestWatchFromTooOldResourceVersion(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		d.put(fmt.Sprintf("p%d", i), nil, "")
 	}
-	w := mustWatcher(t, d.dispatcher, "/pods/", true, storage.Everything, 4)
-	wi, err := d.register(w, false, false, false, 2)
+	w := mustWatcher(t, d.Dispatcher, "/pods/", true, storage.Everything, 4)
+	wi, err := d.Register(w, false, false, false, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,29 +321,29 @@ func TestBookmarks(t *testing.T) {
 	pred.AllowWatchBookmarks = true
 	w := d.watch(t, pred, 16)
 	d.put("p", nil, "")
-	receive(t, w, 1)
-	d.progress(42)
+	objecttest.Receive(t, w, 1)
+	d.Progress(42)
 
 	d.clock.Step(59 * time.Second)
-	d.sendBookmarks(d.clock.Now())
+	d.SendBookmarks(d.clock.Now())
 	expectNothing(t, w)
 
 	d.clock.Step(2 * time.Second)
-	d.sendBookmarks(d.clock.Now())
-	if got := receive(t, w, 1); got[0].typ != watch.Bookmark || got[0].rv != "42" {
+	d.SendBookmarks(d.clock.Now())
+	if got := objecttest.Receive(t, w, 1); got[0].Type != watch.Bookmark || got[0].RV != "42" {
 		t.Fatalf("got %v, want a BOOKMARK at the head, 42", got)
 	}
 	// A minute later the head has not moved: the client holds it, and a
 	// bookmark would tell it nothing. Idle watchers cost nothing.
 	d.clock.Step(61 * time.Second)
-	d.sendBookmarks(d.clock.Now())
+	d.SendBookmarks(d.clock.Now())
 	expectNothing(t, w)
 	// Once the head moves, the next goes at the next due time, a minute
 	// after the one skipped.
-	d.progress(50)
+	d.Progress(50)
 	d.clock.Step(61 * time.Second)
-	d.sendBookmarks(d.clock.Now())
-	if got := receive(t, w, 1); got[0].typ != watch.Bookmark || got[0].rv != "50" {
+	d.SendBookmarks(d.clock.Now())
+	if got := objecttest.Receive(t, w, 1); got[0].Type != watch.Bookmark || got[0].RV != "50" {
 		t.Fatalf("got %v, want the second BOOKMARK, at 50", got)
 	}
 }
@@ -390,20 +364,20 @@ func TestBookmarkSkipsWhatTheClientHolds(t *testing.T) {
 	filtered := d.watch(t, withBookmarks(storage.SelectionPredicate{Label: labels.SelectorFromSet(labels.Set{"app": "none"}),
 		Field: fields.Everything()}), 16)
 	d.clock.Step(61 * time.Second)
-	d.sendBookmarks(d.clock.Now())
-	for name, w := range map[string]*watcher{"from the head": fromHead, "sent the head": sentHead, "filtered": filtered} {
+	d.SendBookmarks(d.clock.Now())
+	for name, w := range map[string]*Watcher{"from the head": fromHead, "sent the head": sentHead, "filtered": filtered} {
 		if len(w.ch) != 0 {
 			t.Fatalf("%s: a bookmark before the head moved", name)
 		}
 	}
 	d.put("p", nil, "")
-	receive(t, sentHead, 1)
-	receive(t, fromHead, 1)
+	objecttest.Receive(t, sentHead, 1)
+	objecttest.Receive(t, fromHead, 1)
 	d.clock.Step(61 * time.Second)
-	d.sendBookmarks(d.clock.Now())
+	d.SendBookmarks(d.clock.Now())
 	expectNothing(t, fromHead)
 	expectNothing(t, sentHead)
-	if got := receive(t, filtered, 1); got[0].typ != watch.Bookmark || got[0].rv != fmt.Sprint(d.rv) {
+	if got := objecttest.Receive(t, filtered, 1); got[0].Type != watch.Bookmark || got[0].RV != fmt.Sprint(d.rv) {
 		t.Fatalf("filtered: got %v, want a bookmark at %d", got, d.rv)
 	}
 }
@@ -434,17 +408,17 @@ func TestCompactedDropsHistory(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		d.put(fmt.Sprintf("p%d", i), nil, "") // rv 2..6
 	}
-	d.compacted(4)
+	d.Compacted(4)
 	if since, _ := d.log.Bounds(); since != 4 {
 		t.Fatalf("after compaction at 4 the log starts at %d", since)
 	}
 	// A compaction past the head drops only what the cache holds.
-	d.compacted(100)
+	d.Compacted(100)
 	if since, head := d.log.Bounds(); since != head || head != 6 {
 		t.Fatalf("after compaction past the head: since=%d head=%d, want 6 6", since, head)
 	}
-	w := mustWatcher(t, d.dispatcher, "/pods/", true, storage.Everything, 4)
-	wi, _ := d.register(w, false, false, false, 3)
+	w := mustWatcher(t, d.Dispatcher, "/pods/", true, storage.Everything, 4)
+	wi, _ := d.Register(w, false, false, false, 3)
 	if e, _ := testkit.Recv(t, wi.ResultChan(), "the 410"); e.Type != watch.Error {
 		t.Fatalf("watch from before the compaction: got %s, want a 410 error", e.Type)
 	}
@@ -466,8 +440,8 @@ func TestBookmarksOnShutdown(t *testing.T) {
 
 	d.beginShutdown()
 	after := d.watch(t, withBookmarks, 10)
-	for name, w := range map[string]*watcher{"before": before, "trigger-indexed": triggered, "after": after} {
-		if got := receive(t, w, 1); got[0].typ != watch.Bookmark || got[0].rv != fmt.Sprint(d.rv) {
+	for name, w := range map[string]*Watcher{"before": before, "trigger-indexed": triggered, "after": after} {
+		if got := objecttest.Receive(t, w, 1); got[0].Type != watch.Bookmark || got[0].RV != fmt.Sprint(d.rv) {
 			t.Errorf("%s: got %v, want a bookmark at %d", name, got, d.rv)
 		}
 	}
@@ -481,17 +455,17 @@ func TestDeadlineBookmarkAlwaysGoes(t *testing.T) {
 	d := newTestDispatcher(100)
 	pred := storage.Everything
 	pred.AllowWatchBookmarks = true
-	w := mustWatcher(t, d.dispatcher, "/pods/", true, pred, 16)
-	w.deadline = d.clock.Now().Add(10 * time.Second).UnixNano()
-	if _, err := d.register(w, false, false, false, d.rv); err != nil {
+	w := mustWatcher(t, d.Dispatcher, "/pods/", true, pred, 16)
+	w.Deadline = d.clock.Now().Add(10 * time.Second).UnixNano()
+	if _, err := d.Register(w, false, false, false, d.rv); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
 	d.put("p", nil, "")
-	receive(t, w, 1)
+	objecttest.Receive(t, w, 1)
 	d.clock.Step(8 * time.Second)
-	d.sendBookmarks(d.clock.Now())
-	if got := receive(t, w, 1); got[0].typ != watch.Bookmark || got[0].rv != fmt.Sprint(d.rv) {
+	d.SendBookmarks(d.clock.Now())
+	if got := objecttest.Receive(t, w, 1); got[0].Type != watch.Bookmark || got[0].RV != fmt.Sprint(d.rv) {
 		t.Fatalf("got %v, want the deadline's bookmark at %d", got, d.rv)
 	}
 }
@@ -504,11 +478,11 @@ func TestBookmarksShareOneEncoding(t *testing.T) {
 	pred := storage.Everything
 	pred.AllowWatchBookmarks = true
 	a, b := d.watch(t, pred, 16), d.watch(t, pred, 16)
-	d.progress(42)
+	d.Progress(42)
 	d.clock.Step(61 * time.Second)
-	d.sendBookmarks(d.clock.Now())
+	d.SendBookmarks(d.clock.Now())
 	var objs []runtime.Object
-	for _, w := range []*watcher{a, b} {
+	for _, w := range []*Watcher{a, b} {
 		select {
 		case e := <-w.ch:
 			if _, ok := e.Object.(runtime.CacheableObject); e.Type != watch.Bookmark || !ok {
@@ -522,11 +496,11 @@ func TestBookmarksShareOneEncoding(t *testing.T) {
 	if objs[0] != objs[1] {
 		t.Fatal("two watchers got two bookmark objects at one resourceVersion")
 	}
-	d.progress(43)
+	d.Progress(43)
 	d.mu.Lock()
 	later := d.sharedBookmarkLocked(43)
 	d.mu.Unlock()
-	if rv := decodedPod(t, later).ResourceVersion; later == objs[0] || rv != "43" {
+	if rv := objecttest.DecodedPod(t, later).ResourceVersion; later == objs[0] || rv != "43" {
 		t.Fatalf("the bookmark at 43 is %v at %s", later == objs[0], rv)
 	}
 }

@@ -1,4 +1,4 @@
-package cacher
+package fanout
 
 import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,10 +13,10 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
-// filter is a request's selection compiled once, for the watcher or list
+// Filter is a request's selection compiled once, for the watcher or list
 // that applies it to many objects: the label and field selectors, and the
-// shard selector as ranges of numbers. A nil filter selects everything.
-type filter struct {
+// shard selector as ranges of numbers. A nil Filter selects everything.
+type Filter struct {
 	// pred holds the label and field selectors; nil when both select everything.
 	pred *storage.SelectionPredicate
 	// shard is the shard selector; nil when there is none, or the
@@ -24,11 +24,11 @@ type filter struct {
 	shard *shard.Selector
 }
 
-// newFilter compiles p. It returns a nil filter for a predicate that
+// NewFilter compiles p. It returns a nil filter for a predicate that
 // selects everything, which costs a watcher on everything 8 bytes instead
 // of a predicate's 136, and a 400 for a shard selector it cannot read.
-func newFilter(p storage.SelectionPredicate) (*filter, error) {
-	f := &filter{}
+func NewFilter(p storage.SelectionPredicate) (*Filter, error) {
+	f := &Filter{}
 	if sel := p.ShardSelector; sel != nil && !sel.Empty() && utilfeature.DefaultFeatureGate.Enabled(features.ShardedListAndWatch) {
 		r, err := shard.Parse(sel)
 		if err != nil {
@@ -46,9 +46,9 @@ func newFilter(p storage.SelectionPredicate) (*filter, error) {
 	return f, nil
 }
 
-// matches reports whether o passes the filter. fields, if not nil, is o's
+// Matches reports whether o passes the filter. fields, if not nil, is o's
 // fields, computed once for several filters.
-func (f *filter) matches(o *object.Object, pr *presenter, fields *objectFields) bool {
+func (f *Filter) Matches(o *object.Object, pr *Presenter, fields *objectFields) bool {
 	if f == nil {
 		return true
 	}
@@ -71,10 +71,10 @@ func (f *filter) matches(o *object.Object, pr *presenter, fields *objectFields) 
 	return p.Field.Matches(fields)
 }
 
-// setShardInfo echoes a sharded list's selector in its ShardInfo, as
+// SetShardInfo echoes a sharded list's selector in its ShardInfo, as
 // upstream's cache and etcd3 do, so that a client can tell a shard from the
 // whole collection.
-func (f *filter) setShardInfo(listObj runtime.Object) {
+func (f *Filter) SetShardInfo(listObj runtime.Object) {
 	if f == nil || f.shard == nil {
 		return
 	}
@@ -85,7 +85,7 @@ func (f *filter) setShardInfo(listObj runtime.Object) {
 
 // pinnedLabel returns "key=value" for the first label the label selector
 // requires to have one value (=, == or in with one value), if any.
-func (f *filter) pinnedLabel() (string, bool) {
+func (f *Filter) pinnedLabel() (string, bool) {
 	if f == nil || f.pred == nil || f.pred.Label == nil {
 		return "", false
 	}
@@ -101,11 +101,11 @@ func (f *filter) pinnedLabel() (string, bool) {
 	return "", false
 }
 
-// empty reports whether the filter selects everything.
-func (f *filter) empty() bool { return f == nil }
+// Empty reports whether the filter selects everything.
+func (f *Filter) Empty() bool { return f == nil }
 
 // requiresExactMatch returns the value the field selector pins field to.
-func (f *filter) requiresExactMatch(field string) (string, bool) {
+func (f *Filter) requiresExactMatch(field string) (string, bool) {
 	if f == nil || f.pred == nil || f.pred.Field == nil || field == "" {
 		return "", false
 	}

@@ -1,4 +1,4 @@
-package cacher
+package fanout
 
 import (
 	"time"
@@ -18,13 +18,13 @@ import (
 // log per lock acquisition.
 const catchUpBatch = 256
 
-func (d *dispatcher) parkLocked(w *watcher, cursor uint64) {
+func (d *Dispatcher) parkLocked(w *Watcher, cursor uint64) {
 	d.synced.remove(w)
 	w.cursor = max(w.cursor, cursor)
 	d.startCatchUpLocked(w, nil)
 }
 
-func (d *dispatcher) startCatchUpLocked(w *watcher, init *initialEvents) {
+func (d *Dispatcher) startCatchUpLocked(w *Watcher, init *initialEvents) {
 	w.state = catchingUp
 	d.lagging[w] = struct{}{}
 	go d.catchUp(w, init)
@@ -34,7 +34,7 @@ func (d *dispatcher) startCatchUpLocked(w *watcher, init *initialEvents) {
 // reaches the head. It owns the watcher until trySync hands it back: from
 // then on the dispatcher may park it again and start another catch-up, so
 // this goroutine must not touch it.
-func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
+func (d *Dispatcher) catchUp(w *Watcher, init *initialEvents) {
 	if init != nil {
 		ok := d.sendInitial(w, init)
 		w.initialized()
@@ -49,24 +49,24 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 		if !ok {
 			since, _ := d.log.Bounds()
 			w.send(tooOld(w.cursor, since))
-			d.metrics.terminated.Inc()
+			d.metrics.Terminated.Inc()
 			d.endCatchUp(w)
 			return
 		}
 		replayed += len(events)
 		for _, e := range events {
-			if w.covers(e.key) {
+			if w.covers(e.Key) {
 				if ev, ok := e.forWatcher(w.filter, d.versioner, d.pres, nil); ok {
 					built := time.Now()
 					if !w.send(ev) {
 						d.endCatchUp(w)
 						return
 					}
-					w.sent = e.rv
+					w.sent = e.Rev
 					d.observeDelivered(e, 1, built)
 				}
 			}
-			w.cursor = e.rv
+			w.cursor = e.Rev
 		}
 		if len(events) == catchUpBatch {
 			continue
@@ -75,7 +75,7 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 			// At its cursor: everything up to it was delivered. Sent here,
 			// where the send can wait for room, not by trySync, which holds
 			// the dispatcher's lock.
-			if !w.send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(w.cursor, false)}) {
+			if !w.send(watch.Event{Type: watch.Bookmark, Object: d.BookmarkObject(w.cursor, false)}) {
 				d.endCatchUp(w)
 				return
 			}
@@ -83,22 +83,22 @@ func (d *dispatcher) catchUp(w *watcher, init *initialEvents) {
 			w.shutdownBookmarked.Store(true)
 		}
 		if d.trySync(w) {
-			d.metrics.lag.Observe(float64(replayed))
+			d.metrics.Lag.Observe(float64(replayed))
 			return
 		}
 	}
 }
 
 // sendInitial streams a snapshot to a new watcher, in its turns at the gate.
-func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
-	turn, ok := d.gate.Enter(gate.Stream{Events: w.ch, Done: w.done}, d.metrics.initWaiting, d.metrics.initPaused)
+func (d *Dispatcher) sendInitial(w *Watcher, init *initialEvents) bool {
+	turn, ok := d.gate.Enter(gate.Stream{Events: w.ch, Done: w.done}, d.metrics.InitWaiting, d.metrics.InitPaused)
 	defer turn.Leave()
 	if !ok {
 		return false
 	}
 	sent := 0
 	each := func(o *object.Object) bool {
-		if w.filter.matches(o, d.pres, nil) {
+		if w.filter.Matches(o, d.pres, nil) {
 			ok = turn.Send(watch.Event{Type: watch.Added, Object: d.pres.caching(o)})
 			sent++
 		}
@@ -113,9 +113,9 @@ func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 	} else {
 		init.snap.Scan(w.key, w.recursive, "", each)
 	}
-	d.metrics.initEvents.Add(float64(sent))
+	d.metrics.InitEvents.Add(float64(sent))
 	if ok && init.endBookmark {
-		if ok = turn.Send(watch.Event{Type: watch.Bookmark, Object: d.bookmarkObject(init.snap.RV, true)}); ok {
+		if ok = turn.Send(watch.Event{Type: watch.Bookmark, Object: d.BookmarkObject(init.snap.RV, true)}); ok {
 			w.sent = init.snap.RV
 		}
 	}
@@ -125,7 +125,7 @@ func (d *dispatcher) sendInitial(w *watcher, init *initialEvents) bool {
 // trySync moves a caught-up watcher back to the synced set, or ends it if
 // it was stopped. It reports whether the catch-up goroutine is done; if so
 // the goroutine no longer owns the watcher.
-func (d *dispatcher) trySync(w *watcher) bool {
+func (d *Dispatcher) trySync(w *Watcher) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	select {
@@ -152,13 +152,13 @@ func (d *dispatcher) trySync(w *watcher) bool {
 
 // endCatchUp closes the channel of a watcher whose catch-up ended without
 // syncing. Only the goroutine that owns the watcher calls it.
-func (d *dispatcher) endCatchUp(w *watcher) {
+func (d *Dispatcher) endCatchUp(w *Watcher) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.endCatchUpLocked(w)
 }
 
-func (d *dispatcher) endCatchUpLocked(w *watcher) {
+func (d *Dispatcher) endCatchUpLocked(w *Watcher) {
 	delete(d.lagging, w)
 	w.state = stopped
 	close(w.ch)

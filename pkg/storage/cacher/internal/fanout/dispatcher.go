@@ -190,7 +190,7 @@ func (d *Dispatcher) observeDelivered(e *Event, n int, built time.Time) {
 	}
 }
 
-// Progress moves the head to rv on an etcd Progress notification.
+// Progress moves the head to rv on an etcd progress notification.
 func (d *Dispatcher) Progress(rv uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -199,7 +199,7 @@ func (d *Dispatcher) Progress(rv uint64) {
 	d.notifyHeadLocked()
 }
 
-// Compacted drops history that etcd has Compacted away, so that the cache
+// Compacted drops history that etcd has compacted away, so that the cache
 // answers a watch or an exact list from before rev with 410, as etcd would.
 // etcd3's compactor keeps at least one compaction interval (5 minutes by
 // default) of history, far more than the log's window, so in practice this

@@ -22,8 +22,10 @@ type Store = store.Store[*Event]
 // Event is one change from etcd, shared by every watcher that receives it.
 type Event struct {
 	Type watch.EventType
-	Key  string
-	Rev  uint64
+	// Key is the object's key in the storage.
+	Key string
+	// Rev is the event's resourceVersion: etcd's revision of the change.
+	Rev uint64
 	// Cur is the new state for ADDED and MODIFIED, and the last state at the
 	// deletion's resourceVersion for DELETED.
 	Cur *object.Object
@@ -31,7 +33,7 @@ type Event struct {
 	Prev *object.Object
 	// Seen is when ingest saw the event; the log keeps it for the history window.
 	Seen time.Time
-	// Decoded is when the etcd3 store Decoded the event from etcd's watch,
+	// Decoded is when the etcd3 store decoded the event from etcd's watch,
 	// the start of its dispatch latency, and Received when ingest took it,
 	// in Unix nanoseconds of the real clock; zero when the store did not say.
 	Decoded, Received int64

@@ -3,6 +3,7 @@ package faults
 import (
 	"flag"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -122,7 +123,8 @@ func runSoak(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("soak seed %d: go test ./test/faults -run TestFaults -v -args -soak %v -seed %d", seed, *soakFor, seed)
-	sc := scenario{name: "chaos soak", members: 3, serverMembers: []int{0, 1, 2}, peerProxies: true, fault: soak(seed, *soakFor)}
+	sc := scenario{name: "chaos soak", members: 3, serverMembers: []int{0, 1, 2}, peerProxies: true,
+		etcdArgs: []string{"--quota-backend-bytes", strconv.Itoa(soakQuota)}, fault: soak(seed, *soakFor)}
 	impls := []string{ours}
 	if *chaos {
 		impls = append(impls, upstream)

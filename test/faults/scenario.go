@@ -72,7 +72,7 @@ var scenarios = []scenario{
 	{name: "defragment", fault: defragment},
 	{name: "server restart", fault: serverRestart, serverGoes: true, sigterm: true},
 	{name: "stalled client", fault: stalledClient},
-	{name: "etcd out of space", etcdArgs: []string{"--quota-backend-bytes", strconv.Itoa(noSpaceQuota)}, fault: outOfSpace},
+	{name: "etcd out of space", etcdArgs: []string{"--quota-backend-bytes", strconv.Itoa(noSpaceQuota)}, fault: outOfSpace(noSpaceQuota)},
 
 	// Replicas over a 3-member cluster, every server listing every member.
 	{name: "replica killed", members: 3, serverMembers: []int{0, 1, 2}, replicas: 2,
@@ -283,17 +283,21 @@ func rollingRestart(ctx context.Context, e *env) error {
 // of values in one run.
 const noSpaceQuota = 32 << 20
 
-// outOfSpace fills etcd, outside the API's prefix, until it raises the
-// NOSPACE alarm, and keeps it so for 5 s while the writer goes on: every
-// write must fail with a Status that names the cause. Then it heals as an
-// operator does (etcd's maintenance guide): delete what filled it, compact,
-// defragment, disarm.
-func outOfSpace(ctx context.Context, e *env) error {
+// outOfSpace fills etcd, whose quota is quota bytes, outside the API's
+// prefix, until it raises the NOSPACE alarm, and keeps it so for 5 s while
+// the writer goes on: every write must fail with a Status that names the
+// cause. Then it heals as an operator does (etcd's maintenance guide):
+// delete what filled it, compact, defragment, disarm.
+func outOfSpace(quota int) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error { return fillAndHeal(ctx, e, quota) }
+}
+
+func fillAndHeal(ctx context.Context, e *env, quota int) error {
 	c := e.cluster.client
 	filler := strings.Repeat("x", 512<<10)
 	var n int
 	for ; ; n++ {
-		if n > 4*noSpaceQuota/len(filler) {
+		if n > 4*quota/len(filler) {
 			return fmt.Errorf("etcd accepted %d values of %d bytes without raising NOSPACE", n, len(filler))
 		}
 		_, err := c.Put(ctx, fmt.Sprintf("/filler/%04d", n), filler)

@@ -17,8 +17,9 @@ type soakFault struct {
 // soakFaults are the faults of the scenarios that keep the server's
 // process: every etcd and network fault. The server's own restarts and
 // replicas have their scenarios; in the soak they would reset what the
-// leak check compares. A member replaced and etcd out of space need a
-// topology of their own (no peer proxies, a small quota).
+// leak check compares. A member replaced needs a topology of its own (no
+// peer proxies). etcd runs out of its soakQuota, larger than the scenario's
+// so that 30 minutes of traffic stay inside it.
 var soakFaults = []soakFault{
 	{"kill-9 a member", func(ctx context.Context, e *env, rng *rand.Rand) error {
 		victim := rng.IntN(len(e.cluster.Members))
@@ -40,7 +41,14 @@ var soakFaults = []soakFault{
 	{"stalled client", ignoreRNG(stalledClient)},
 	{"member gone silent 20s", ignoreRNG(memberSilent(20 * time.Second))},
 	{"member partitioned, then the leader", ignoreRNG(partition)},
+	{"etcd out of space", ignoreRNG(outOfSpace(soakQuota))},
 }
+
+// soakQuota is the soak's etcd quota: 8 times the out-of-space scenario's.
+// The apiserver compacts every 5 minutes and the pages freed are reused, so
+// a soak's own writes (about 35,000 of 1 KiB) stay far below it; filling
+// it takes about 512 values of 512 KiB.
+const soakQuota = 256 << 20
 
 func ignoreRNG(f func(context.Context, *env) error) func(context.Context, *env, *rand.Rand) error {
 	return func(ctx context.Context, e *env, _ *rand.Rand) error { return f(ctx, e) }

@@ -39,11 +39,11 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		w.Deadline = deadline.UnixNano()
 	}
 
-	var withInit, endBookmark, atHead bool
+	start := fanout.Start{From: rv}
 	switch initial := opts.SendInitialEvents; {
 	case initial != nil && *initial:
 		// Watch-list: a state, then the stream.
-		withInit, endBookmark = true, opts.Predicate.AllowWatchBookmarks
+		start.Initial, start.EndBookmark = true, opts.Predicate.AllowWatchBookmarks
 		if opts.ResourceVersion == "" {
 			err = c.waitConsistent(ctx)
 		} else if rv > 0 {
@@ -54,10 +54,10 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 		}
 	case initial == nil && rv == 0:
 		// Legacy "0" or unset: the current state as ADDED, then the stream.
-		withInit = true
+		start.Initial = true
 	case rv == 0:
 		// sendInitialEvents=false with no resourceVersion: from now on.
-		atHead = true
+		start.AtHead = true
 	default:
 		// Resuming from rv: right after a start, the history before the
 		// first list may still be filling in.
@@ -67,17 +67,17 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	// with initial events, until they are sent, as upstream's cache tells
 	// it; the catch-up goroutine tells it then. Only those watchers carry
 	// the context for it.
-	if withInit {
+	if start.Initial {
 		w.OnInitialized = func() { utilflowcontrol.WatchInitialized(ctx) }
 	}
-	wi, err := c.d.Register(w, withInit, endBookmark, atHead, rv)
+	wi, err := c.d.Register(w, start)
 	if err != nil {
 		return nil, err
 	}
 	if wi == watch.Interface(w) {
 		w.StopWith(ctx)
 	}
-	if !withInit {
+	if !start.Initial {
 		utilflowcontrol.WatchInitialized(ctx)
 	}
 	if testFault != nil {

@@ -307,10 +307,20 @@ type initialEvents struct {
 	endBookmark bool
 }
 
-// Register adds a watcher. With init, it first receives the matching
-// objects of the current state, then the events after it. Without, it
-// starts after resourceVersion from (the head, when startAtHead).
-func (d *Dispatcher) Register(w *Watcher, withInit, endBookmark, startAtHead bool, from uint64) (watch.Interface, error) {
+// Start is where a watcher registered begins.
+type Start struct {
+	// Initial sends the matching objects of the current state first, then
+	// the events after it; EndBookmark ends them with the
+	// initial-events-end bookmark.
+	Initial, EndBookmark bool
+	// Without Initial the watcher starts after resourceVersion From, or at
+	// the head with AtHead.
+	AtHead bool
+	From   uint64
+}
+
+// Register adds a watcher, starting where start says.
+func (d *Dispatcher) Register(w *Watcher, start Start) (watch.Interface, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if w.state == stopped {
@@ -322,29 +332,29 @@ func (d *Dispatcher) Register(w *Watcher, withInit, endBookmark, startAtHead boo
 		d.scheduleBookmarkLocked(w, d.clock.Now())
 	}
 	switch {
-	case withInit:
+	case start.Initial:
 		snap := d.store.Latest()
 		w.cursor = snap.RV
-		init := &initialEvents{snap: snap, endBookmark: endBookmark}
+		init := &initialEvents{snap: snap, endBookmark: start.EndBookmark}
 		if w.place.kind == byTrigger {
 			// Under d.mu the store's indexes hold snap's state. An agent's
 			// watch-list reads its own objects, not every object.
 			init.objs, _, init.indexed = d.store.ByIndex(storage.FieldIndex(d.pres.trigger), w.place.value)
 		}
 		d.startCatchUpLocked(w, init)
-	case startAtHead:
+	case start.AtHead:
 		w.cursor = head
 		d.addLocked(w)
-	case from < since:
+	case start.From < since:
 		w.state = stopped
 		close(w.ch)
-		return newErrWatcher(tooOld(from, since)), nil
-	case from >= head:
-		// Up to date, or a future resourceVersion: events up to from are skipped.
-		w.cursor, w.sent = from, from
+		return newErrWatcher(tooOld(start.From, since)), nil
+	case start.From >= head:
+		// Up to date, or a future resourceVersion: events up to it are skipped.
+		w.cursor, w.sent = start.From, start.From
 		d.addLocked(w)
 	default:
-		w.cursor, w.sent = from, from
+		w.cursor, w.sent = start.From, start.From
 		d.startCatchUpLocked(w, nil)
 	}
 	if d.shuttingDown {

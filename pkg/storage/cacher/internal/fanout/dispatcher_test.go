@@ -69,7 +69,7 @@ func (d *testDispatcher) del(name string) {
 func (d *testDispatcher) watch(t *testing.T, pred storage.SelectionPredicate, buffer int) *Watcher {
 	t.Helper()
 	w := mustWatcher(t, d.Dispatcher, "/pods/", true, pred, buffer)
-	if _, err := d.Register(w, false, false, false, d.rv); err != nil {
+	if _, err := d.Register(w, Start{From: d.rv}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)
@@ -302,7 +302,7 @@ func TestWatchFromTooOldResourceVersion(t *testing.T) {
 		d.put(fmt.Sprintf("p%d", i), nil, "")
 	}
 	w := mustWatcher(t, d.Dispatcher, "/pods/", true, storage.Everything, 4)
-	wi, err := d.Register(w, false, false, false, 2)
+	wi, err := d.Register(w, Start{From: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +418,7 @@ func TestCompactedDropsHistory(t *testing.T) {
 		t.Fatalf("after compaction past the head: since=%d head=%d, want 6 6", since, head)
 	}
 	w := mustWatcher(t, d.Dispatcher, "/pods/", true, storage.Everything, 4)
-	wi, _ := d.Register(w, false, false, false, 3)
+	wi, _ := d.Register(w, Start{From: 3})
 	if e, _ := testkit.Recv(t, wi.ResultChan(), "the 410"); e.Type != watch.Error {
 		t.Fatalf("watch from before the compaction: got %s, want a 410 error", e.Type)
 	}
@@ -457,7 +457,7 @@ func TestDeadlineBookmarkAlwaysGoes(t *testing.T) {
 	pred.AllowWatchBookmarks = true
 	w := mustWatcher(t, d.Dispatcher, "/pods/", true, pred, 16)
 	w.Deadline = d.clock.Now().Add(10 * time.Second).UnixNano()
-	if _, err := d.Register(w, false, false, false, d.rv); err != nil {
+	if _, err := d.Register(w, Start{From: d.rv}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(w.Stop)

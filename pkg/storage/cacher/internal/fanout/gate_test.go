@@ -37,7 +37,7 @@ func (h *gateHarness) watchList() *Watcher {
 	pred := storage.Everything
 	pred.AllowWatchBookmarks = true
 	w := mustWatcher(h.t, h.Dispatcher, "/pods/", true, pred, 1)
-	if _, err := h.Register(w, true, true, false, 0); err != nil {
+	if _, err := h.Register(w, Start{Initial: true, EndBookmark: true}); err != nil {
 		h.t.Fatal(err)
 	}
 	h.t.Cleanup(w.Stop)

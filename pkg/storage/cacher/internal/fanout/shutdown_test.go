@@ -89,13 +89,13 @@ func TestShutdownBookmarksEveryWatcher(t *testing.T) {
 	d, s := newShutdownTest("a", "b", "c")
 
 	ahead := mustWatcher(t, d.Dispatcher, "/pods/", true, everythingWithBookmarks, 10)
-	if _, err := d.Register(ahead, false, false, false, d.rv+5); err != nil {
+	if _, err := d.Register(ahead, Start{From: d.rv + 5}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ahead.Stop)
 	// A buffer of one: the catch-up from the first event blocks on it.
 	behind := mustWatcher(t, d.Dispatcher, "/pods/", true, everythingWithBookmarks, 1)
-	if _, err := d.Register(behind, false, false, false, 1); err != nil {
+	if _, err := d.Register(behind, Start{From: 1}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(behind.Stop)

@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
-
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
-
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +21,9 @@ import (
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 )
 
 func metricsConsistencyChecks(status string) compbasemetrics.CounterMetric {

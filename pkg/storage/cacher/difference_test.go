@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
-
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -35,6 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -19,6 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 )
 
 // TestWatchInitializedAfterInitialEvents checks what priority and fairness

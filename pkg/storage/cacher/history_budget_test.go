@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -15,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 )
 
 // TestHistoryBudget writes 40 pods of 4 KiB through a cache whose history

@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
-
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,6 +14,9 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/etcd3"
 	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 )
 
 // TestDecodeErrorEndsWatchers replaces upstream's RunTestWatchError, whose

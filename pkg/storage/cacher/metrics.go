@@ -4,11 +4,12 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 )
 
 // The cache reports under upstream's watch-cache metric names, which the

@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
-
 	"k8s.io/klog/v2"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 )
 
 // tick sends bookmarks every second and, if configured, asks etcd for progress.

@@ -3,11 +3,11 @@ package cacher
 import (
 	"context"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
-
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 )
 
 // Watch implements storage.Interface with the semantics of the Kubernetes

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
 

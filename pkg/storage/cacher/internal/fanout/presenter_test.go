@@ -3,13 +3,13 @@ package fanout
 import (
 	"testing"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 )
 
 // TestObjectFields checks that field selectors match an object's fields,

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
-
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 )
 
 // everythingWithBookmarks selects everything, with bookmarks.

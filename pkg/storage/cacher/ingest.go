@@ -50,12 +50,15 @@ func (c *Cacher) run(ctx context.Context) {
 		} else {
 			c.metrics.initializations.Inc()
 			c.metrics.initDuration.Observe(c.cfg.Clock.Since(start).Seconds())
-			c.ready.set(ready)
 			delay = minRetryDelay
 			listCtx, cancel := context.WithCancel(ctx)
+			// The backfill is known before the cache is ready: a watch
+			// resuming from before the list as soon as it is ready waits
+			// for the history it fills, not a 410.
 			if warm {
 				c.startBackfill(listCtx, rv)
 			}
+			c.ready.set(ready)
 			end = c.follow(listCtx, rv)
 			cancel()
 		}

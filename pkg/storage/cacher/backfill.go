@@ -16,6 +16,7 @@ import (
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
 // A warm start fills the event log from etcd's retained history instead of
@@ -110,20 +111,20 @@ func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 	}
 	var events []*fanout.Event
 	now := c.cfg.Clock.Now()
-	handle := func(ev watch.Event) (watchEnd, bool) {
-		ev, _ = unwrapRecordTime(ev)
+	handle := func(ev watch.Event) (source.End, bool) {
+		ev, _ = source.UnwrapRecordTime(ev)
 		switch ev.Type {
 		case watch.Bookmark:
 			if rv, err := c.cfg.Versioner.ObjectResourceVersion(ev.Object); err != nil || rv >= to {
-				return watchEnd{err: errBackfilled}, true
+				return source.End{Err: errBackfilled}, true
 			}
 		case watch.Added, watch.Modified, watch.Deleted:
 			o, err := c.build.Build(ev.Object)
 			if err != nil {
-				return watchEnd{reason: endUnreadable, err: err}, true
+				return source.End{Reason: source.EndUnreadable, Err: err}, true
 			}
 			if o.RV > to {
-				return watchEnd{err: errBackfilled}, true
+				return source.End{Err: errBackfilled}, true
 			}
 			prev := state[o.Key]
 			e := &fanout.Event{Key: o.Key, Rev: o.RV, Cur: o, Prev: prev, Seen: now}
@@ -144,15 +145,15 @@ func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 				events = append(events, e)
 			}
 			if o.RV == to {
-				return watchEnd{err: errBackfilled}, true
+				return source.End{Err: errBackfilled}, true
 			}
 		case watch.Error:
-			return classifyWatchError(apierrors.FromObject(ev.Object)), true
+			return source.Classify(apierrors.FromObject(ev.Object)), true
 		}
-		return watchEnd{}, false
+		return source.End{}, false
 	}
-	end := c.watchWith(ctx, from, nil, handle, func(watch.Event) {})
-	if !errors.Is(end.err, errBackfilled) {
+	end := c.src.Watch(ctx, from, nil, handle, func(watch.Event) {})
+	if !errors.Is(end.Err, errBackfilled) {
 		return nil, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, end)
 	}
 	return events, nil

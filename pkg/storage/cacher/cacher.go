@@ -15,6 +15,7 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
 
@@ -37,11 +38,9 @@ type Cacher struct {
 
 	// relistRequests carries the consistency check's request to list again.
 	relistRequests chan string
-	// etcdAnswered is signalled when a request through the cache reached
-	// etcd and succeeded: a re-watch waiting for etcd to recover tries at once.
-	etcdAnswered chan struct{}
-	// outage tracks time without an etcd watch; only the ingest loop uses it.
-	outage outage
+	// src follows etcd's changes; requests through the cache that etcd
+	// answered tell it etcd is back.
+	src *source.Follower
 	// backfill is the latest warm start's history fill, if any.
 	backfill atomic.Pointer[backfill]
 
@@ -66,8 +65,7 @@ func New(cfg Config) (*Cacher, error) {
 		return nil, err
 	}
 	c := &Cacher{cfg: cfg, metrics: newCacheMetrics(cfg.GroupResource), ready: newReadiness(), done: make(chan struct{}),
-		relistRequests: make(chan string, 1), etcdAnswered: make(chan struct{}, 1)}
-	c.outage.cache = c
+		relistRequests: make(chan string, 1)}
 	c.ready.unready = c.metrics.unready
 	c.metrics.unready.Set(1)
 	c.build = object.NewBuilder(cfg.builderConfig())
@@ -77,6 +75,9 @@ func New(cfg Config) (*Cacher, error) {
 	}
 	c.pres = fanout.NewPresenter(cfg.TriggerField, c.build.Codec(), c.expiry)
 	c.log = history.New[*fanout.Event](history.Config{Window: cfg.HistoryWindow, MinSize: cfg.MinHistorySize, MaxSize: cfg.MaxHistorySize, Budget: cfg.HistoryBudget})
+	c.src = source.NewFollower(source.Config{Store: cfg.Storage, ResourcePrefix: cfg.ResourcePrefix,
+		GroupResource: cfg.GroupResource, Clock: cfg.Clock, ProgressRequestInterval: cfg.ProgressRequestInterval,
+		Connections: cfg.Connections, Head: c.head, Restarted: c.metrics.restart, Gap: c.metrics.watchGap})
 	c.d = fanout.NewDispatcher(fanout.Config{Store: c.store, Log: c.log, Presenter: c.pres, Versioner: cfg.Versioner,
 		NewFunc: cfg.NewFunc, Clock: cfg.Clock, BookmarkFrequency: cfg.BookmarkFrequency, Gate: cfg.InitialEvents,
 		Metrics: c.metrics.Metrics})
@@ -103,6 +104,12 @@ func (c *Cacher) Stop() {
 	c.d.Close()
 }
 
+// head is the newest resourceVersion the cache holds.
+func (c *Cacher) head() uint64 {
+	_, head := c.log.Bounds()
+	return head
+}
+
 // keys lists the cached keys once the cache is as fresh as etcd, for
 // etcd3's object size estimation.
 func (c *Cacher) keys(ctx context.Context) ([]string, error) {
@@ -119,7 +126,7 @@ func (c *Cacher) waitConsistent(ctx context.Context) error {
 	revCtx, cancel := context.WithTimeout(ctx, c.cfg.FreshnessTimeout)
 	rv, err := c.cfg.Storage.GetCurrentResourceVersion(revCtx)
 	cancel()
-	c.etcdAnsweredOK(err)
+	c.src.Answered(err)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -169,7 +176,7 @@ func (c *Cacher) Versioner() storage.Versioner { return c.cfg.Storage.Versioner(
 
 // Create implements storage.Interface.
 func (c *Cacher) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
-	return c.etcdAnsweredOK(c.cfg.Storage.Create(ctx, key, obj, out, ttl))
+	return c.src.Answered(c.cfg.Storage.Create(ctx, key, obj, out, ttl))
 }
 
 // Delete implements storage.Interface, offering the cached object as the
@@ -179,7 +186,7 @@ func (c *Cacher) Delete(ctx context.Context, key string, out runtime.Object, pre
 	if cachedExistingObject == nil {
 		cachedExistingObject = c.suggestion(key)
 	}
-	return c.etcdAnsweredOK(c.cfg.Storage.Delete(ctx, key, out, preconditions, validateDeletion, cachedExistingObject, opts))
+	return c.src.Answered(c.cfg.Storage.Delete(ctx, key, out, preconditions, validateDeletion, cachedExistingObject, opts))
 }
 
 // GuaranteedUpdate implements storage.Interface, offering the cached object
@@ -189,7 +196,7 @@ func (c *Cacher) GuaranteedUpdate(ctx context.Context, key string, destination r
 	if cachedExistingObject == nil {
 		cachedExistingObject = c.suggestion(key)
 	}
-	return c.etcdAnsweredOK(c.cfg.Storage.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate, cachedExistingObject))
+	return c.src.Answered(c.cfg.Storage.GuaranteedUpdate(ctx, key, destination, ignoreNotFound, preconditions, tryUpdate, cachedExistingObject))
 }
 
 func (c *Cacher) suggestion(key string) runtime.Object {

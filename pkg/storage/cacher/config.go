@@ -12,6 +12,7 @@ import (
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
 // Defaults for Config.
@@ -57,6 +58,10 @@ const (
 	// it keeps an idle watcher under 1 KiB (BenchmarkIdleWatcherMemory).
 	DefaultWatcherBuffer = 10
 )
+
+// ConnectionDropper closes the connections to etcd that went quiet, so that
+// a re-watch after a silent watch reaches a member that answers.
+type ConnectionDropper = source.ConnectionDropper
 
 // Config is what a cache needs. The first group is what a
 // generic.StorageDecorator receives; the cache learns about its resource

@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
 // The consistency check makes upstream's promise (DetectCacheInconsistency:
@@ -71,7 +72,7 @@ func (c *Cacher) checkConsistency(ctx context.Context) checkResult {
 	case checkFailure:
 		klog.ErrorS(nil, "Cache consistency check failed; re-listing", "group", gr.Group, "resource", gr.Resource,
 			"resourceVersion", r.rv, "firstDifference", r.diff)
-		c.requestRelist(endInconsistent)
+		c.requestRelist(source.EndInconsistent)
 	}
 	return r
 }
@@ -122,4 +123,13 @@ func (c *Cacher) compareWithEtcd(ctx context.Context) checkResult {
 		r.status = checkSuccess
 	}
 	return r
+}
+
+// requestRelist makes the cache list again, ending its watchers, as when
+// the consistency check finds it wrong. It does not wait.
+func (c *Cacher) requestRelist(reason string) {
+	select {
+	case c.relistRequests <- reason:
+	default: // One is already pending.
+	}
 }

@@ -5,10 +5,10 @@
 // # Data flow
 //
 //	etcd ──► source ──► ingest ──► dispatcher ──┬─► store     (internal/store: current objects, snapshots by resourceVersion)
-//	         etcd_watch.go  ingest.go  (internal/  ├─► history   (internal/history: recent events, by resourceVersion)
-//	         backfill.go    internal/   fanout)    └─► watchers  (internal/fanout's index, internal/shard: those an event matches)
-//	         consistency.go object                        └─► client
-//	         silence.go, internal/etcdconn
+//	   internal/source  ingest.go  (internal/  ├─► history   (internal/history: recent events, by resourceVersion)
+//	   backfill.go      internal/   fanout)    └─► watchers  (internal/fanout's index, internal/shard: those an event matches)
+//	   consistency.go   object                        └─► client
+//	   internal/etcdconn
 //
 // Each stage:
 //   - The source lists etcd once, then watches it from that revision; it

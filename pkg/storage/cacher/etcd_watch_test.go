@@ -23,6 +23,7 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
 // faultyStore wraps the real etcd3 store so that a test can break the
@@ -146,28 +147,28 @@ func TestEtcdWatchFailures(t *testing.T) {
 	}{{
 		name:       "no leader",
 		breakWatch: func(w *faultyWatch) { w.fail <- errorEvent(apierrors.NewInternalError(rpctypes.ErrNoLeader)) },
-		reason:     endNoLeader,
+		reason:     source.EndNoLeader,
 	}, {
 		name: "etcd unavailable",
 		breakWatch: func(w *faultyWatch) {
 			w.fail <- errorEvent(apierrors.NewInternalError(errors.New("rpc error: code = Unavailable desc = connection reset")))
 		},
-		reason: endUnavailable,
+		reason: source.EndUnavailable,
 	}, {
 		name:       "closed without an error",
 		breakWatch: func(w *faultyWatch) { w.fail <- nil },
-		reason:     endClosed,
+		reason:     source.EndClosed,
 	}, {
 		name:       "silent",
 		breakWatch: func(w *faultyWatch) { w.silent.Store(true) },
-		reason:     endSilent,
+		reason:     source.EndSilent,
 		dropsQuiet: true,
 	}, {
 		name: "compacted",
 		breakWatch: func(w *faultyWatch) {
 			w.fail <- errorEvent(apierrors.NewResourceExpired("The resourceVersion for the provided watch is too old."))
 		},
-		reason: endCompacted,
+		reason: source.EndCompacted,
 		relist: true,
 	}}
 	for _, tc := range tests {
@@ -216,7 +217,7 @@ func TestEtcdWatchFailures(t *testing.T) {
 			// The same watcher gets every event after the fault, in order, once.
 			expectNames(t, w, "c", "d")
 			if quiets := conns.calls(); tc.dropsQuiet {
-				// Silent 8 s after the last thing heard at most (silence.go).
+				// Silent 8 s after the last thing heard at most (source/silence.go).
 				if len(quiets) != 1 || quiets[0] < DefaultProgressRequestInterval || quiets[0] > 8*time.Second {
 					t.Errorf("DropQuiet called with %v, want once with a quiet of 5–8 s", quiets)
 				}
@@ -261,61 +262,6 @@ func (f *fakeConnections) calls() []time.Duration {
 	return slices.Clone(f.quiets)
 }
 
-// TestWaitToRewatch checks that while the cache waits to re-open its etcd
-// watch, a request through it that etcd answered, proof that etcd has a
-// leader again, makes it try after the minimum delay instead of its backoff,
-// and that an answer from before the wait does not.
-func TestWaitToRewatch(t *testing.T) {
-	tests := []struct {
-		name string
-		// before and during signal an answer before and during the wait.
-		before, during bool
-		wantEarly      bool
-	}{
-		{name: "no answer waits out the delay"},
-		{name: "an answer during the wait cuts it short", during: true, wantEarly: true},
-		{name: "an answer from before the wait proves nothing", before: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			clk := testingclock.NewFakeClock(time.Now())
-			c := &Cacher{cfg: Config{Clock: clk}, etcdAnswered: make(chan struct{}, 1)}
-			if tc.before {
-				_ = c.etcdAnsweredOK(nil)
-			}
-			done := make(chan error, 1)
-			go func() { done <- c.waitToRewatch(context.Background(), time.Hour) }()
-			if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
-				func(context.Context) (bool, error) { return clk.HasWaiters(), nil }); err != nil {
-				t.Fatal(err)
-			}
-			if tc.during {
-				_ = c.etcdAnsweredOK(nil)
-				_ = c.etcdAnsweredOK(errors.New("failed requests prove nothing"))
-			}
-			// Step until the minimum delay has passed, and a little more.
-			deadline := time.After(wait.ForeverTestTimeout)
-			early := false
-			for stepped := time.Duration(0); stepped < 2*minRewatchDelay; stepped += time.Millisecond {
-				clk.Step(time.Millisecond)
-				select {
-				case <-done:
-					early = true
-				case <-time.After(time.Millisecond):
-				case <-deadline:
-					t.Fatal("timed out")
-				}
-				if early {
-					break
-				}
-			}
-			if early != tc.wantEarly {
-				t.Fatalf("returned within %v: %v, want %v", 2*minRewatchDelay, early, tc.wantEarly)
-			}
-		})
-	}
-}
-
 // TestConsistentReadWithoutCurrentRevision checks that a consistent read
 // fails with 503 and Retry-After while etcd cannot give its revision, as
 // while its member has no leader, and that reads allowing staleness and
@@ -356,33 +302,6 @@ func TestConsistentReadWithoutCurrentRevision(t *testing.T) {
 		t.Fatalf("watch from a cached resourceVersion: %v", err)
 	}
 	w.Stop()
-}
-
-func TestClassifyWatchError(t *testing.T) {
-	tests := []struct {
-		name   string
-		err    error
-		reason string
-		relist bool
-	}{
-		{"no leader", apierrors.NewInternalError(rpctypes.ErrNoLeader), endNoLeader, false},
-		{"leader changed", apierrors.NewInternalError(rpctypes.ErrLeaderChanged), endUnavailable, false},
-		{"grpc unavailable", apierrors.NewInternalError(errors.New("rpc error: code = Unavailable desc = transport is closing")), endUnavailable, false},
-		{"timeout", apierrors.NewInternalError(context.DeadlineExceeded), endUnavailable, false},
-		{"plain etcd error", rpctypes.ErrNoLeader, endNoLeader, false},
-		{"compacted", apierrors.NewResourceExpired("The resourceVersion for the provided watch is too old."), endCompacted, true},
-		{"gone", apierrors.NewGone("gone"), endCompacted, true},
-		{"corrupt object deleted", &apierrors.StatusError{ErrStatus: metav1.Status{Code: 500, Reason: metav1.StatusReasonStoreReadError}}, endUnreadable, true},
-		{"undecodable", apierrors.NewInternalError(errors.New("couldn't get version/kind; json parse error")), endUnreadable, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got := classifyWatchError(tc.err)
-			if got.reason != tc.reason || got.relist != tc.relist {
-				t.Errorf("classifyWatchError(%v) = %s relist=%v, want %s relist=%v", tc.err, got.reason, got.relist, tc.reason, tc.relist)
-			}
-		})
-	}
 }
 
 func createPod(t *testing.T, c *testCacher, name string) *example.Pod {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
 // listPageSize is the page size of the cache's own lists from etcd, as
@@ -35,7 +37,8 @@ const (
 )
 
 // run lists, then follows the underlying store until ctx ends. It lists
-// again only when following cannot go on without losing events: see follow.
+// again only when following cannot go on without losing events: see
+// source.Follower.
 // The first list, and a re-list after compaction, start warm: see backfill.go.
 func (c *Cacher) run(ctx context.Context) {
 	defer close(c.done)
@@ -44,7 +47,7 @@ func (c *Cacher) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		start := c.cfg.Clock.Now()
 		rv, err := c.list(ctx)
-		var end watchEnd
+		var end source.End
 		if err != nil {
 			c.metrics.initErrors.Inc()
 		} else {
@@ -59,7 +62,7 @@ func (c *Cacher) run(ctx context.Context) {
 				c.startBackfill(listCtx, rv)
 			}
 			c.ready.set(ready)
-			end = c.follow(listCtx, rv)
+			end = c.src.Follow(listCtx, rv, c.relistRequests, c.handle)
 			cancel()
 		}
 		if ctx.Err() != nil {
@@ -67,13 +70,13 @@ func (c *Cacher) run(ctx context.Context) {
 		}
 		c.ready.set(pending)
 		if err == nil {
-			c.metrics.relist(end.reason)
+			c.metrics.relist(end.Reason)
 			c.d.EndAll(fmt.Sprintf("the watch cache for %s must list again (%v)", c.cfg.GroupResource, end))
-			klog.InfoS("Watch cache is re-listing", "resource", c.cfg.GroupResource, "reason", end.reason, "err", end.err)
+			klog.InfoS("Watch cache is re-listing", "resource", c.cfg.GroupResource, "reason", end.Reason, "err", end.Err)
 		}
 		// After a compaction the history since it is sound; after an
 		// unreadable event or a failed check it may hold the cause.
-		warm = err == nil && end.reason == endCompacted
+		warm = err == nil && end.Reason == source.EndCompacted
 		select {
 		case <-ctx.Done():
 			return
@@ -216,4 +219,26 @@ func (c *Cacher) ingest(ev watch.Event, decoded time.Time) error {
 	}
 	c.d.Process(e)
 	return nil
+}
+
+// handle applies one event from the etcd watch. stop is true when the
+// event ends the watch.
+func (c *Cacher) handle(ev watch.Event) (end source.End, stop bool) {
+	var decoded time.Time
+	ev, decoded = source.UnwrapRecordTime(ev)
+	switch ev.Type {
+	case watch.Bookmark:
+		rv, err := c.cfg.Versioner.ObjectResourceVersion(ev.Object)
+		if err != nil {
+			return source.End{Reason: source.EndUnreadable, Relist: true, Err: err}, true
+		}
+		c.d.Progress(rv)
+	case watch.Added, watch.Modified, watch.Deleted:
+		if err := c.ingest(ev, decoded); err != nil {
+			return source.End{Reason: source.EndUnreadable, Relist: true, Err: err}, true
+		}
+	case watch.Error:
+		return source.Classify(apierrors.FromObject(ev.Object)), true
+	}
+	return source.End{}, false
 }

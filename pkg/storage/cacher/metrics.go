@@ -10,6 +10,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
 // The cache reports under upstream's watch-cache metric names, which the
@@ -118,10 +119,10 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 	// Every label set of the counters alerts read exists from the start, at
 	// 0: Prometheus' increase() sees no increase in a series that appears
 	// at 1, so an alert on the first relist would never fire.
-	for _, reason := range []string{endClosed, endSilent, endNoLeader, endUnavailable} {
+	for _, reason := range []string{source.EndClosed, source.EndSilent, source.EndNoLeader, source.EndUnavailable} {
 		etcdWatchRestarts.WithLabelValues(g, r, reason)
 	}
-	for _, reason := range []string{endCompacted, endUnreadable, endInconsistent, endUnavailable} {
+	for _, reason := range []string{source.EndCompacted, source.EndUnreadable, source.EndInconsistent, source.EndUnavailable} {
 		relistsCounter.WithLabelValues(g, r, reason)
 	}
 	for _, status := range []string{checkSuccess, checkFailure, checkError} {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"k8s.io/klog/v2"
-
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 )
 
@@ -40,15 +38,4 @@ func (c *Cacher) tick(ctx context.Context) {
 
 // requestProgress asks etcd for a progress notification on the cache's
 // watch, giving up after a progress request interval.
-func (c *Cacher) requestProgress() { c.requestProgressWithin(c.cfg.ProgressRequestInterval) }
-
-// requestProgressWithin asks etcd for a progress notification on the
-// cache's watch, giving up after timeout: a stalled connection must not
-// stall the caller.
-func (c *Cacher) requestProgressWithin(timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := c.cfg.Storage.RequestWatchProgress(ctx); err != nil {
-		klog.V(4).InfoS("Requesting watch progress failed", "resource", c.cfg.GroupResource, "err", err)
-	}
-}
+func (c *Cacher) requestProgress() { c.src.RequestProgress(c.cfg.ProgressRequestInterval) }

@@ -16,7 +16,7 @@ import (
 //	   └─────────────────┴──── Stop ────▶ Stopped
 //
 // The cache must re-list only when etcd compacted its head, an event is
-// unreadable, or the consistency check failed; see etcd_watch.go. Reads and
+// unreadable, or the consistency check failed; see internal/source. Reads and
 // watches are served only while Ready. Until then they get 429 with
 // Retry-After, unless Config.ConsistentReadFallback sends them to etcd.
 type readyState uint8

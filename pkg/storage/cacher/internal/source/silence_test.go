@@ -1,4 +1,4 @@
-package cacher
+package source
 
 import (
 	"testing"
@@ -42,7 +42,7 @@ func TestSilence(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Unix(1000, 0)
-			s := newSilence(DefaultProgressRequestInterval, start)
+			s := newSilence(5*time.Second, start) // the cache's default interval
 			if s.period() != time.Second {
 				t.Fatalf("period %v, want 1s", s.period())
 			}

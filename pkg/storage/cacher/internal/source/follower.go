@@ -1,0 +1,285 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/storage"
+	compbasemetrics "k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// Delays between attempts to re-open the etcd watch. While the member has
+// no leader each attempt fails at once, so the cache retries at the cap:
+// 250 ms keeps events flowing within a quarter second of etcd recovering,
+// at four rejected stream openings a second per resource (upstream's
+// reflector retries without any delay). A write through this cache that
+// succeeds proves etcd has a leader again and cuts the wait short, to at
+// least the minimum.
+const (
+	minRewatchDelay = 25 * time.Millisecond
+	maxRewatchDelay = 250 * time.Millisecond
+)
+
+// Store is what a Follower needs of the etcd3 store.
+type Store interface {
+	Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error)
+	RequestWatchProgress(ctx context.Context) error
+}
+
+// Config is what a Follower watches and reports to.
+type Config struct {
+	// Store is watched under ResourcePrefix, for GroupResource.
+	Store          Store
+	ResourcePrefix string
+	GroupResource  schema.GroupResource
+	// Clock times the silence checks and the waits between attempts.
+	Clock clock.WithTicker
+	// ProgressRequestInterval is how long a watch may hear nothing before
+	// it is asked for progress (see silence).
+	ProgressRequestInterval time.Duration
+	// Connections, if set, closes the connections to etcd gone as quiet as
+	// a silent watch, so that the next watch reaches a member that answers.
+	Connections ConnectionDropper
+	// Head is the newest resourceVersion the cache holds: a watch re-opened
+	// starts after it.
+	Head func() uint64
+	// Restarted is told the reason each time the watch is re-opened
+	// without a re-list.
+	Restarted func(reason string)
+	// Gap observes, in seconds, each time without a working watch.
+	Gap compbasemetrics.ObserverMetric
+}
+
+// Handler takes one event from the watch; stop ends the watch, with end.
+type Handler func(watch.Event) (end End, stop bool)
+
+// Follower keeps a cache on etcd's stream of changes: it watches, and
+// re-watches from the cache's head whenever a watch ends without losing
+// history, a silent one included.
+type Follower struct {
+	cfg Config
+	// answered is signalled when a request through the cache reached etcd
+	// and succeeded: a re-watch waiting for etcd to recover tries at once.
+	answered chan struct{}
+	// outage tracks time without a watch; only Follow's goroutine uses it.
+	outage outage
+}
+
+// NewFollower returns a Follower for cfg.
+func NewFollower(cfg Config) *Follower {
+	f := &Follower{cfg: cfg, answered: make(chan struct{}, 1)}
+	f.outage.f = f
+	return f
+}
+
+// errRelistRequested ends the watch when the consistency check asks for a relist.
+var errRelistRequested = errors.New("the consistency check found the cache differing from etcd")
+
+// Follow passes every event from rv on to handle: it watches, and whenever
+// the watch ends without losing history it watches again from the head.
+// It returns only when the cache must re-list, because handle or a reason
+// sent on relist says so or etcd lost the history, or ctx ends.
+func (f *Follower) Follow(ctx context.Context, rv uint64, relist <-chan string, handle Handler) End {
+	backoff := rewatchBackoff()
+	for {
+		progressed := false
+		end := f.Watch(ctx, rv, relist, handle, func(watch.Event) {
+			if !progressed {
+				progressed = true
+				f.outage.restored()
+			}
+		})
+		if ctx.Err() != nil {
+			return end
+		}
+		f.outage.lost(end)
+		if end.Relist {
+			return end
+		}
+		f.cfg.Restarted(end.Reason)
+		if progressed {
+			backoff = rewatchBackoff()
+		}
+		if err := f.waitToRewatch(ctx, backoff.Step()); err != nil {
+			return End{Reason: EndClosed, Err: err}
+		}
+		rv = f.cfg.Head()
+	}
+}
+
+// waitToRewatch waits delay before the next attempt to watch, or less
+// once etcd answers a request through the cache.
+func (f *Follower) waitToRewatch(ctx context.Context, delay time.Duration) error {
+	// An answer from before the failure proves nothing.
+	select {
+	case <-f.answered:
+	default:
+	}
+	timer := f.cfg.Clock.NewTimer(delay)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C():
+		return nil
+	case <-f.answered:
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-f.cfg.Clock.After(minRewatchDelay):
+		return nil
+	}
+}
+
+// Answered notes that etcd answered a request, when err is nil, so that a
+// re-watch waiting for etcd to recover need not wait out its delay. It
+// returns err.
+func (f *Follower) Answered(err error) error {
+	if err == nil {
+		select {
+		case f.answered <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+func rewatchBackoff() *wait.Backoff {
+	return &wait.Backoff{Duration: minRewatchDelay, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: maxRewatchDelay}
+}
+
+// Watch follows etcd from rv, passing every event to handle, until the
+// watch or handle ends it, or a re-list is requested on relist. alive is
+// called on every event and progress notification.
+func (f *Follower) Watch(ctx context.Context, rv uint64, relist <-chan string, handle Handler, alive func(watch.Event)) End {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := f.cfg.Store.Watch(wctx, f.cfg.ResourcePrefix, storage.ListOptions{
+		ResourceVersion: fmt.Sprint(rv),
+		Recursive:       true,
+		ProgressNotify:  true,
+		// Each event carries when the store decoded it, for the dispatch latency.
+		RecordTimestamps: true,
+		Predicate: storage.SelectionPredicate{
+			Label: labels.Everything(), Field: fields.Everything(), AllowWatchBookmarks: true,
+		},
+	})
+	if err != nil {
+		return Classify(err)
+	}
+	defer w.Stop()
+	// A progress notification proves the new watch is live, so that
+	// the outage ends as soon as etcd answers, not with the next write.
+	// Asking only queues a request on the watch's stream; on a stalled
+	// connection it gives up after a second, and the silence check asks again.
+	f.RequestProgress(time.Second)
+
+	check := newSilence(f.cfg.ProgressRequestInterval, f.cfg.Clock.Now())
+	ticks := f.cfg.Clock.NewTicker(check.period())
+	defer ticks.Stop()
+	heard := false
+	for {
+		select {
+		case <-ctx.Done():
+			return End{Reason: EndClosed, Err: ctx.Err()}
+		case reason := <-relist:
+			return End{Reason: reason, Relist: true, Err: errRelistRequested}
+		case now := <-ticks.C():
+			ask, silent := check.tick(now, heard)
+			heard = false
+			if ask {
+				f.RequestProgress(time.Second)
+			}
+			if silent {
+				return f.silent(check.quiet(now))
+			}
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return End{Reason: EndClosed, Err: fmt.Errorf("the etcd watch of %s closed", f.cfg.GroupResource)}
+			}
+			heard = true
+			if end, stop := handle(ev); stop {
+				return end
+			}
+			alive(ev)
+		}
+	}
+}
+
+// silent ends a watch that heard nothing for quiet. A watch re-opened on
+// the same connection would be as silent, so the connections to etcd that
+// have been as quiet are closed first (Config.Connections): etcd's client
+// then re-opens its streams on a connection to a member that answers.
+func (f *Follower) silent(quiet time.Duration) End {
+	dropped := 0
+	if f.cfg.Connections != nil {
+		dropped = f.cfg.Connections.DropQuiet(quiet)
+	}
+	return End{Reason: EndSilent,
+		Err: fmt.Errorf("no event or progress notification from etcd for %v; closed %d connections to etcd as quiet", quiet, dropped)}
+}
+
+// outage is the time the cache spends without a working etcd watch: from
+// the watch failing until a new one delivers an event or a progress
+// notification. Only the ingest goroutine uses it.
+type outage struct {
+	f *Follower
+	// since is when the watch was lost; zero while it works.
+	since time.Time
+}
+
+// lost records a failed watch. The first failure of an outage is logged at
+// info level; the retries that follow, once a second at most, at V(2).
+func (o *outage) lost(end End) {
+	f := o.f
+	if !o.since.IsZero() {
+		klog.V(2).InfoS("Watch cache's etcd watch failed again", "resource", f.cfg.GroupResource, "reason", end.Reason, "err", end.Err)
+		return
+	}
+	o.since = f.cfg.Clock.Now()
+	klog.InfoS("Watch cache lost its etcd watch; re-watching from its head while watchers stay open",
+		"resource", f.cfg.GroupResource, "reason", end.Reason, "err", end.Err)
+}
+
+// restored ends an outage, if one is under way.
+func (o *outage) restored() {
+	if o.since.IsZero() {
+		return
+	}
+	f := o.f
+	gap := f.cfg.Clock.Since(o.since)
+	o.since = time.Time{}
+	f.cfg.Gap.Observe(gap.Seconds())
+	klog.InfoS("Watch cache's etcd watch is back", "resource", f.cfg.GroupResource, "after", gap)
+}
+
+// UnwrapRecordTime takes the object out of the wrapper the etcd3 store puts
+// around it for RecordTimestamps, and returns when the store decoded it.
+func UnwrapRecordTime(ev watch.Event) (watch.Event, time.Time) {
+	if timed, ok := ev.Object.(storage.WatchEventWithRecordTime); ok {
+		ev.Object = timed.Unwrap()
+		return ev, timed.RecordTime()
+	}
+	return ev, time.Time{}
+}
+
+// RequestProgress asks etcd for a progress notification on the cache's
+// watch, giving up after timeout: a stalled connection must not stall the
+// caller.
+func (f *Follower) RequestProgress(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := f.cfg.Store.RequestWatchProgress(ctx); err != nil {
+		klog.V(4).InfoS("Requesting watch progress failed", "resource", f.cfg.GroupResource, "err", err)
+	}
+}

@@ -129,35 +129,35 @@ bench-scale:
 	  -count=$(BENCH_COUNT) -timeout 180m . | tee $(CURDIR)/$(BIN)/bench-scale.txt \
 	  | $(GO) run ../../hack/tools/benchtable -chart $(CURDIR)/$(BIN)/bench-scale.png -title "make bench-scale: ours ÷ upstream"
 
+# turns-bench runs benchmark $(1), whose servers take turns over one etcd loaded once, for $(2)_ROUNDS
+# rounds within timeout $(3); its raw output goes to bin/<target>.txt, its table to stdout.
+define turns-bench
+	mkdir -p $(BIN)
+	set -o pipefail; cd test/bench && $(2)_ROUNDS=$($(2)_ROUNDS) $(GO) test -run '^$$' \
+	  -bench $(1) -benchtime=1x -timeout $(3) . | tee $(CURDIR)/$(BIN)/$@.txt \
+	  | $(GO) run ../../hack/tools/benchtable
+endef
+
 ## bench-lists: 8 and 32 full lists of 100,000 objects at once, and 8 at v1alpha1: the RSS they add and the
 ## time to the last, the servers taking turns over one etcd loaded once, for LISTS_ROUNDS rounds.
 ## LISTS_ALT=path,… adds other server binaries.
 LISTS_ROUNDS ?= 3
 bench-lists:
-	mkdir -p $(BIN)
-	set -o pipefail; cd test/bench && LISTS_ROUNDS=$(LISTS_ROUNDS) $(GO) test -run '^$$' \
-	  -bench BenchmarkConcurrentLists -benchtime=1x -timeout 120m . | tee $(CURDIR)/$(BIN)/bench-lists.txt \
-	  | $(GO) run ../../hack/tools/benchtable
+	$(call turns-bench,BenchmarkConcurrentLists,LISTS,120m)
 
 ## bench-memory: the heap an object of 1 KiB takes once the cache holds 100,000, with and without
 ## history, and the time to ready after a restart, the servers taking turns over one etcd loaded once,
 ## for MEMORY_ROUNDS rounds (a few minutes). MEMORY_ALT=path,… adds other server binaries.
 MEMORY_ROUNDS ?= 3
 bench-memory:
-	mkdir -p $(BIN)
-	set -o pipefail; cd test/bench && MEMORY_ROUNDS=$(MEMORY_ROUNDS) $(GO) test -run '^$$' \
-	  -bench BenchmarkObjectMemory -benchtime=1x -timeout 60m . | tee $(CURDIR)/$(BIN)/bench-memory.txt \
-	  | $(GO) run ../../hack/tools/benchtable
+	$(call turns-bench,BenchmarkObjectMemory,MEMORY,60m)
 
 ## bench-watchlist-writes: the writes' p99 beside 100 concurrent watch-lists of 10,000 objects, against
 ## the same writes alone, our server and upstream's taking turns over one etcd loaded once, for
 ## WATCHLIST_ROUNDS rounds (about 3 min a round). WATCHLIST_ALT=path,… adds other server binaries.
 WATCHLIST_ROUNDS ?= 3
 bench-watchlist-writes:
-	mkdir -p $(BIN)
-	set -o pipefail; cd test/bench && WATCHLIST_ROUNDS=$(WATCHLIST_ROUNDS) $(GO) test -run '^$$' \
-	  -bench BenchmarkWatchListWrites -benchtime=1x -timeout 120m . | tee $(CURDIR)/$(BIN)/bench-watchlist-writes.txt \
-	  | $(GO) run ../../hack/tools/benchtable
+	$(call turns-bench,BenchmarkWatchListWrites,WATCHLIST,120m)
 
 generate:
 	hack/update-codegen.sh

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/testutil"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // Recv receives from ch, failing the test if nothing comes within
@@ -36,5 +37,23 @@ func WaitGauge(tb testing.TB, g compbasemetrics.GaugeMetric, n float64, what str
 			return v == n, err
 		}); err != nil {
 		tb.Fatalf("%v %s, want %v", v, what, n)
+	}
+}
+
+// StepUntil steps clk by 100 ms until cond holds, failing the test if it
+// does not within wait.ForeverTestTimeout of real time: for code that waits
+// on a fake clock for something another goroutine does.
+func StepUntil(tb testing.TB, clk *testingclock.FakeClock, cond func() bool) {
+	tb.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, wait.ForeverTestTimeout, true,
+		func(context.Context) (bool, error) {
+			if cond() {
+				return true, nil
+			}
+			clk.Step(100 * time.Millisecond)
+			return false, nil
+		})
+	if err != nil {
+		tb.Fatalf("condition never held: %v", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,7 +27,7 @@ type Cacher struct {
 	store   *fanout.Store
 	log     *fanout.Log
 	d       *fanout.Dispatcher
-	ready   *readiness
+	ready   *source.Readiness
 	// pres makes objects' fields and Cachings; expiry forgets the latter
 	// once Config.EncodingTTL passes without a send (nil: never).
 	pres   *fanout.Presenter
@@ -36,16 +35,12 @@ type Cacher struct {
 	// build makes the objects the cache holds.
 	build *object.Builder
 
-	// relistRequests carries the consistency check's request to list again.
-	relistRequests chan string
-	// src follows etcd's changes; requests through the cache that etcd
-	// answered tell it etcd is back.
-	src *source.Follower
-	// backfill is the latest warm start's history fill, if any.
-	backfill atomic.Pointer[backfill]
+	// src lists etcd and follows its changes; requests through the cache
+	// that etcd answered tell it etcd is back.
+	src *source.Source
 
 	stop context.CancelFunc
-	// done is closed when the ingest loop has exited.
+	// done is closed when the source has stopped.
 	done chan struct{}
 }
 
@@ -64,10 +59,8 @@ func New(cfg Config) (*Cacher, error) {
 	if err := cfg.complete(); err != nil {
 		return nil, err
 	}
-	c := &Cacher{cfg: cfg, metrics: newCacheMetrics(cfg.GroupResource), ready: newReadiness(), done: make(chan struct{}),
-		relistRequests: make(chan string, 1)}
-	c.ready.unready = c.metrics.unready
-	c.metrics.unready.Set(1)
+	c := &Cacher{cfg: cfg, metrics: newCacheMetrics(cfg.GroupResource), done: make(chan struct{})}
+	c.ready = source.NewReadiness(c.metrics.unready)
 	c.build = object.NewBuilder(cfg.builderConfig())
 	c.store = store.New[*fanout.Event](c.build.IndexFuncs())
 	if cfg.EncodingTTL > 0 {
@@ -75,23 +68,26 @@ func New(cfg Config) (*Cacher, error) {
 	}
 	c.pres = fanout.NewPresenter(cfg.TriggerField, c.build.Codec(), c.expiry)
 	c.log = history.New[*fanout.Event](history.Config{Window: cfg.HistoryWindow, MinSize: cfg.MinHistorySize, MaxSize: cfg.MaxHistorySize, Budget: cfg.HistoryBudget})
-	c.src = source.NewFollower(source.Config{Store: cfg.Storage, ResourcePrefix: cfg.ResourcePrefix,
-		GroupResource: cfg.GroupResource, Clock: cfg.Clock, ProgressRequestInterval: cfg.ProgressRequestInterval,
-		Connections: cfg.Connections, Head: c.head, Restarted: c.metrics.restart, Gap: c.metrics.watchGap})
 	c.d = fanout.NewDispatcher(fanout.Config{Store: c.store, Log: c.log, Presenter: c.pres, Versioner: cfg.Versioner,
 		NewFunc: cfg.NewFunc, Clock: cfg.Clock, BookmarkFrequency: cfg.BookmarkFrequency, Gate: cfg.InitialEvents,
 		Metrics: c.metrics.Metrics})
+	c.src = source.New(source.Config{Store: cfg.Storage, ResourcePrefix: cfg.ResourcePrefix,
+		GroupResource: cfg.GroupResource, NewListFunc: cfg.NewListFunc, Versioner: cfg.Versioner, Build: c.build,
+		Keys: cfg.KeyReader, ListPageSize: cfg.listPageSize, WarmStartRevisions: cfg.WarmStartRevisions,
+		ConsistencyCheckInterval: cfg.ConsistencyCheckInterval, FreshnessTimeout: cfg.FreshnessTimeout,
+		ProgressRequestInterval: cfg.ProgressRequestInterval, Connections: cfg.Connections, Clock: cfg.Clock,
+		Sink: c.d, Objects: c.store, History: c.log, Ready: c.ready, Metrics: c.metrics.source})
 	if err := cfg.Storage.EnableResourceSizeEstimation(c.keys); err != nil {
 		return nil, fmt.Errorf("enabling size estimation for %s: %w", cfg.GroupResource, err)
 	}
 	cfg.Shutdown.Register(c.d)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
-	go c.run(ctx)
+	go func() {
+		defer close(c.done)
+		c.src.Run(ctx)
+	}()
 	go c.tick(ctx)
-	if cfg.KeyReader != nil && cfg.ConsistencyCheckInterval > 0 {
-		go c.checkLoop(ctx)
-	}
 	return c, nil
 }
 
@@ -100,14 +96,8 @@ func (c *Cacher) Stop() {
 	c.cfg.Shutdown.Unregister(c.d)
 	c.stop()
 	<-c.done
-	c.ready.set(stoppedState)
+	c.ready.Set(source.Stopped)
 	c.d.Close()
-}
-
-// head is the newest resourceVersion the cache holds.
-func (c *Cacher) head() uint64 {
-	_, head := c.log.Bounds()
-	return head
 }
 
 // keys lists the cached keys once the cache is as fresh as etcd, for
@@ -200,7 +190,7 @@ func (c *Cacher) GuaranteedUpdate(ctx context.Context, key string, destination r
 }
 
 func (c *Cacher) suggestion(key string) runtime.Object {
-	if s, _ := c.ready.get(); s != ready {
+	if s, _ := c.ready.Get(); s != source.Ready {
 		return nil
 	}
 	if o, ok := c.store.Get(key); ok {
@@ -215,7 +205,7 @@ func (c *Cacher) suggestion(key string) runtime.Object {
 func (c *Cacher) Stats(ctx context.Context) (storage.Stats, error) { return c.cfg.Storage.Stats(ctx) }
 
 // ReadinessCheck implements storage.Interface.
-func (c *Cacher) ReadinessCheck() error { return c.ready.check(c.what()) }
+func (c *Cacher) ReadinessCheck() error { return c.ready.Check(c.what()) }
 
 // RequestWatchProgress implements storage.Interface.
 func (c *Cacher) RequestWatchProgress(ctx context.Context) error {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
 // heldList holds the cache's own initial list (the only list with its page
@@ -28,7 +29,7 @@ type heldList struct {
 }
 
 func (h *heldList) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
-	if opts.Predicate.Limit == listPageSize {
+	if opts.Predicate.Limit == source.ListPageSize {
 		select {
 		case <-h.release:
 		case <-ctx.Done():

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
@@ -62,6 +63,20 @@ const (
 // ConnectionDropper closes the connections to etcd that went quiet, so that
 // a re-watch after a silent watch reaches a member that answers.
 type ConnectionDropper = source.ConnectionDropper
+
+// KeyReader reads what etcd holds for the resource at a revision: keys and
+// the revisions they were last modified at, never values. Lists read with
+// it in pages at once, and the consistency check compares the cache with it.
+type KeyReader = source.KeyReader
+
+// EtcdKeyReader is a KeyReader over an etcd client.
+type EtcdKeyReader = source.EtcdKeyReader
+
+// NewEtcdKeyReader reads the keys the etcd3 store built with storagePrefix
+// (storagebackend.Config.Prefix) keeps for resourcePrefix.
+func NewEtcdKeyReader(client *clientv3.Client, storagePrefix, resourcePrefix string) *EtcdKeyReader {
+	return source.NewEtcdKeyReader(client, storagePrefix, resourcePrefix)
+}
 
 // Config is what a cache needs. The first group is what a
 // generic.StorageDecorator receives; the cache learns about its resource
@@ -196,7 +211,7 @@ func (c *Config) complete() error {
 	setDefault(&c.WatcherBuffer, DefaultWatcherBuffer)
 	setDefault(&c.ConsistencyCheckInterval, DefaultConsistencyCheckInterval)
 	setDefault(&c.WarmStartRevisions, DefaultWarmStartRevisions)
-	setDefault(&c.listPageSize, listPageSize)
+	setDefault(&c.listPageSize, source.ListPageSize)
 	if c.MaxHistorySize < c.MinHistorySize {
 		c.MaxHistorySize = c.MinHistorySize
 	}

@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
 // This file runs upstream's storage conformance functions against our
@@ -189,8 +190,8 @@ func newTestCacher(t testing.TB, opts ...setupOption) *testCacher {
 func waitReady(t testing.TB, c *Cacher) {
 	t.Helper()
 	for {
-		state, changed := c.ready.get()
-		if state == ready {
+		state, changed := c.ready.Get()
+		if state == source.Ready {
 			return
 		}
 		select {

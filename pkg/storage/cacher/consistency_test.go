@@ -22,8 +22,12 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
 )
 
 func metricsConsistencyChecks(status string) compbasemetrics.CounterMetric {
@@ -78,7 +82,7 @@ func TestConsistencyCheck(t *testing.T) {
 		v, _ := testutil.GetCounterMetricValue(metricsConsistencyChecks(status))
 		return v
 	}
-	successes, failures := metric(checkSuccess), metric(checkFailure)
+	successes, failures := metric(source.CheckSuccess), metric(source.CheckFailure)
 
 	var last *example.Pod
 	for _, name := range []string{"a", "b", "c"} {
@@ -88,10 +92,10 @@ func TestConsistencyCheck(t *testing.T) {
 	if err := c.d.WaitFor(ctx, rv, wait.ForeverTestTimeout, c.requestProgress); err != nil {
 		t.Fatal(err)
 	}
-	if r := c.checkConsistency(ctx); r.status != checkSuccess {
-		t.Fatalf("check of an intact cache: %s, %s, %v", r.status, r.diff, r.err)
+	if r := c.src.Check(ctx); r.Status != source.CheckSuccess {
+		t.Fatalf("check of an intact cache: %s, %s, %v", r.Status, r.Diff, r.Err)
 	}
-	if got := metric(checkSuccess); got != successes+1 {
+	if got := metric(source.CheckSuccess); got != successes+1 {
 		t.Errorf("checks{status=success} = %v, want %v", got, successes+1)
 	}
 
@@ -103,72 +107,18 @@ func TestConsistencyCheck(t *testing.T) {
 	c.dropFromStateForTest(t, "/pods/ns/b")
 
 	// The periodic check runs after 1 to 1.5 intervals.
-	stepUntil(t, clk, func() bool { return metric(checkFailure) > failures })
+	testkit.StepUntil(t, clk, func() bool { return metric(source.CheckFailure) > failures })
 	ev := next(t, w)
 	if ev.Type != watch.Error || ev.Object.(*metav1.Status).Code != 410 {
 		t.Fatalf("watcher after the repair: got %v, want 410", ev)
 	}
-	stepUntil(t, clk, func() bool { return c.ReadinessCheck() == nil })
+	testkit.StepUntil(t, clk, func() bool { return c.ReadinessCheck() == nil })
 	got := &example.Pod{}
 	if err := c.Get(ctx, "/pods/ns/b", storage.GetOptions{ResourceVersion: "0"}, got); err != nil {
 		t.Fatalf("the repaired cache lacks the dropped pod: %v", err)
 	}
-	if r := c.checkConsistency(ctx); r.status != checkSuccess {
-		t.Fatalf("check after the repair: %s, %s, %v", r.status, r.diff, r.err)
-	}
-}
-
-// TestCompareWithEtcd checks that each kind of difference is found and
-// named by its first key.
-func TestCompareWithEtcd(t *testing.T) {
-	tests := []struct {
-		name    string
-		corrupt func(t *testing.T, c *testCacher)
-		diff    string
-	}{{
-		name:    "missing from the cache",
-		corrupt: func(t *testing.T, c *testCacher) { c.dropFromStateForTest(t, "/pods/ns/b") },
-		diff:    "etcd holds /pods/ns/b",
-	}, {
-		name:    "last key missing from the cache",
-		corrupt: func(t *testing.T, c *testCacher) { c.dropFromStateForTest(t, "/pods/ns/c") },
-		diff:    "etcd holds /pods/ns/c",
-	}, {
-		name:    "missing from etcd",
-		corrupt: func(t *testing.T, c *testCacher) { c.putInStateForTest(t, "/pods/ns/bb", 2) },
-		diff:    "the cache holds /pods/ns/bb at resourceVersion 2; etcd does not hold it",
-	}, {
-		name:    "missing from etcd, after the last key",
-		corrupt: func(t *testing.T, c *testCacher) { c.putInStateForTest(t, "/pods/ns/z", 2) },
-		diff:    "the cache holds /pods/ns/z at resourceVersion 2; etcd does not hold it",
-	}, {
-		name:    "stale in the cache",
-		corrupt: func(t *testing.T, c *testCacher) { c.putInStateForTest(t, "/pods/ns/a", 1) },
-		diff:    "the cache holds /pods/ns/a at resourceVersion 1; etcd at",
-	}}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			// A long interval: only this test's calls check.
-			c := newTestCacher(t, withKeyReader(testingclock.NewFakeClock(time.Now()), time.Hour))
-			waitReady(t, c.Cacher)
-			for _, name := range []string{"a", "b", "c"} {
-				createPod(t, c, name)
-			}
-			rev, err := c.GetCurrentResourceVersion(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.d.WaitFor(ctx, rev, wait.ForeverTestTimeout, c.requestProgress); err != nil {
-				t.Fatal(err)
-			}
-			tc.corrupt(t, c)
-			// Compare at the cache's revision, before it sees any write to etcd.
-			r := c.compareWithEtcd(ctx)
-			if r.status != checkFailure || !strings.Contains(r.diff, tc.diff) {
-				t.Errorf("got %s %q (%v), want failure naming %q", r.status, r.diff, r.err, tc.diff)
-			}
-		})
+	if r := c.src.Check(ctx); r.Status != source.CheckSuccess {
+		t.Fatalf("check after the repair: %s, %s, %v", r.Status, r.Diff, r.Err)
 	}
 }
 
@@ -194,8 +144,8 @@ func BenchmarkConsistencyCheck(b *testing.B) {
 	check, list := checkAndListBytes(b, c, 10000)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if r := c.checkConsistency(context.Background()); r.status != checkSuccess {
-			b.Fatal(r.status, r.diff, r.err)
+		if r := c.src.Check(context.Background()); r.Status != source.CheckSuccess {
+			b.Fatal(r.Status, r.Diff, r.Err)
 		}
 	}
 	b.ReportMetric(float64(check), "check-bytes")
@@ -237,22 +187,22 @@ func checkAndListBytes(tb testing.TB, c *testCacher, n int) (check, list int64) 
 	if err := c.d.WaitFor(ctx, rev, wait.ForeverTestTimeout, c.requestProgress); err != nil {
 		tb.Fatal(err)
 	}
-	r := c.checkConsistency(ctx)
-	if r.status != checkSuccess {
-		tb.Fatalf("check: %s %s %v", r.status, r.diff, r.err)
+	r := c.src.Check(ctx)
+	if r.Status != source.CheckSuccess {
+		tb.Fatalf("check: %s %s %v", r.Status, r.Diff, r.Err)
 	}
 	prefix := etcd3testing.PathPrefix() + "/pods/"
 	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
 	for {
-		resp, err := c.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithRev(int64(r.rv)), clientv3.WithLimit(listPageSize))
+		resp, err := c.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithRev(int64(r.RV)), clientv3.WithLimit(source.ListPageSize))
 		if err != nil {
 			tb.Fatal(err)
 		}
-		list += int64(responseSize(resp))
+		list += int64(proto.Size((*pb.RangeResponse)(resp)))
 		if !resp.More {
 			break
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	return r.bytes, list
+	return r.Bytes, list
 }

@@ -4,18 +4,19 @@
 //
 // # Data flow
 //
-//	etcd ──► source ──► ingest ──► dispatcher ──┬─► store     (internal/store: current objects, snapshots by resourceVersion)
-//	   internal/source  ingest.go  (internal/  ├─► history   (internal/history: recent events, by resourceVersion)
-//	   backfill.go      internal/   fanout)    └─► watchers  (internal/fanout's index, internal/shard: those an event matches)
-//	   consistency.go   object                        └─► client
-//	   internal/etcdconn
+//	etcd ──► source ──────────► dispatcher ──┬─► store     (internal/store: current objects, snapshots by resourceVersion)
+//	   (internal/source:        (internal/   ├─► history   (internal/history: recent events, by resourceVersion)
+//	    list, follow, ingest,    fanout)     └─► watchers  (internal/fanout's index, internal/shard: those an event matches)
+//	    backfill, check;                              └─► client
+//	    internal/object;
+//	    internal/etcdconn)
 //
 // Each stage:
 //   - The source lists etcd once, then watches it from that revision; it
 //     re-watches from its head after the watch ends or goes silent (closing
 //     the etcd connections gone as quiet first), backfills history after a
 //     warm start, and compares keys with etcd now and then.
-//   - Ingest turns each etcd event into an object version: its encoded bytes
+//   - Ingest (in the source) turns each etcd event into an object version: its encoded bytes
 //     plus what selectors read, with shard hashes and shared label sets
 //     (internal/object, whose Builder makes them).
 //   - The dispatcher (internal/fanout) applies an event to the store and the

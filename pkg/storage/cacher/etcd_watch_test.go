@@ -3,7 +3,6 @@ package cacher
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -202,7 +201,7 @@ func TestEtcdWatchFailures(t *testing.T) {
 			// Writes go on while the cache's watch is down.
 			createPod(t, c, "c")
 			createPod(t, c, "d")
-			stepUntil(t, clk, func() bool { return store.count() > 1 })
+			testkit.StepUntil(t, clk, func() bool { return store.count() > 1 })
 
 			if tc.relist {
 				ev := next(t, w)
@@ -332,22 +331,5 @@ func expectNames(t *testing.T, w watch.Interface, names ...string) {
 		if ev.Type != watch.Added || !ok || objecttest.DecodedPod(t, ev.Object).Name != name {
 			t.Fatalf("got %s %v, want ADDED %s", ev.Type, ev.Object, name)
 		}
-	}
-}
-
-// stepUntil moves the fake clock forward until cond holds; the cache's
-// timers fire as it passes them.
-func stepUntil(t *testing.T, clk *testingclock.FakeClock, cond func() bool) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, wait.ForeverTestTimeout, true,
-		func(context.Context) (bool, error) {
-			if cond() {
-				return true, nil
-			}
-			clk.Step(100 * time.Millisecond)
-			return false, nil
-		})
-	if err != nil {
-		t.Fatal(fmt.Errorf("condition never held: %w", err))
 	}
 }

@@ -155,7 +155,7 @@ func TestReplayedEventsDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	replayed := func() float64 { v, _ := testutil.GetCounterMetricValue(c.metrics.replayed); return v }
+	replayed := func() float64 { v, _ := testutil.GetCounterMetricValue(c.metrics.source.Replayed); return v }
 	before := replayed()
 
 	// The creation, below the head, and the update, at it.

@@ -31,7 +31,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 	if err != nil {
 		return err
 	}
-	if err := c.ready.check(c.what()); err != nil {
+	if err := c.ready.Check(c.what()); err != nil {
 		if c.cfg.ConsistentReadFallback {
 			return c.cfg.Storage.GetList(ctx, key, opts, listObj)
 		}
@@ -274,7 +274,7 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 	if _, err := storage.PrepareKey(c.cfg.ResourcePrefix, key, false); err != nil {
 		return err
 	}
-	if err := c.ready.check(c.what()); err != nil {
+	if err := c.ready.Check(c.what()); err != nil {
 		if c.cfg.ConsistentReadFallback {
 			return c.cfg.Storage.Get(ctx, key, opts, objPtr)
 		}

@@ -100,17 +100,13 @@ func registerMetrics() {
 type cacheMetrics struct {
 	// Metrics is what the fan-out reports.
 	*fanout.Metrics
-	gr              schema.GroupResource
-	eventsReceived  compbasemetrics.CounterMetric
-	replayed        compbasemetrics.CounterMetric
-	listsWaiting    compbasemetrics.GaugeMetric
-	initializations compbasemetrics.CounterMetric
-	initErrors      compbasemetrics.CounterMetric
-	initDuration    compbasemetrics.ObserverMetric
+	// source is what the source reports.
+	source       source.Metrics
+	gr           schema.GroupResource
+	listsWaiting compbasemetrics.GaugeMetric
 	// The gauges a cache sets are shares: see gaugeShare.
-	encoded  *gaugeShare
-	unready  *gaugeShare
-	watchGap compbasemetrics.ObserverMetric
+	encoded *gaugeShare
+	unready *gaugeShare
 }
 
 func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
@@ -125,10 +121,10 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 	for _, reason := range []string{source.EndCompacted, source.EndUnreadable, source.EndInconsistent, source.EndUnavailable} {
 		relistsCounter.WithLabelValues(g, r, reason)
 	}
-	for _, status := range []string{checkSuccess, checkFailure, checkError} {
+	for _, status := range []string{source.CheckSuccess, source.CheckFailure, source.CheckError} {
 		upstream.StorageConsistencyCheckTotal.WithLabelValues(g, r, status)
 	}
-	return &cacheMetrics{
+	m := &cacheMetrics{
 		Metrics: &fanout.Metrics{
 			Dispatched:   upstream.EventsCounter.WithLabelValues(g, r),
 			Terminated:   upstream.TerminatedWatchersCounter.WithLabelValues(g, r),
@@ -147,17 +143,26 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 			Capacity:     &gaugeShare{g: upstream.WatchCacheCapacity.WithLabelValues(g, r)},
 			Dispatch:     upstream.NewWatcherMetricsObservers(gr),
 		},
-		gr:              gr,
-		eventsReceived:  upstream.EventsReceivedCounter.WithLabelValues(g, r),
-		replayed:        replayedCounter.WithLabelValues(g, r),
-		listsWaiting:    listsWaiting.WithLabelValues(g, r),
-		initializations: upstream.WatchCacheInitializations.WithLabelValues(g, r),
-		initErrors:      upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),
-		initDuration:    upstream.WatchCacheInitializationDuration.WithLabelValues(g, r),
-		encoded:         &gaugeShare{g: encodedObjectsGauge.WithLabelValues(g, r)},
-		unready:         &gaugeShare{g: unreadyGauge.WithLabelValues(g, r)},
-		watchGap:        etcdWatchGap.WithLabelValues(g, r),
+		gr:           gr,
+		listsWaiting: listsWaiting.WithLabelValues(g, r),
+		encoded:      &gaugeShare{g: encodedObjectsGauge.WithLabelValues(g, r)},
+		unready:      &gaugeShare{g: unreadyGauge.WithLabelValues(g, r)},
 	}
+	m.source = source.Metrics{
+		Received:     upstream.EventsReceivedCounter.WithLabelValues(g, r),
+		Replayed:     replayedCounter.WithLabelValues(g, r),
+		Listed:       upstream.WatchCacheInitializations.WithLabelValues(g, r),
+		ListFailed:   upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),
+		ListDuration: upstream.WatchCacheInitializationDuration.WithLabelValues(g, r),
+		Gap:          etcdWatchGap.WithLabelValues(g, r),
+		Restarted:    func(reason string) { etcdWatchRestarts.WithLabelValues(g, r, reason).Inc() },
+		Relisted:     func(reason string) { relistsCounter.WithLabelValues(g, r, reason).Inc() },
+		Checked: func(status string) {
+			upstream.StorageConsistencyCheckTotal.WithLabelValues(g, r, status).Inc()
+		},
+		ResourceVersion: func(rv uint64) { upstream.RecordResourceVersion(gr, rv) },
+	}
+	return m
 }
 
 // gaugeShare is one cache's part of a gauge. A server may serve one
@@ -184,18 +189,6 @@ func (m *cacheMetrics) releaseGauges() {
 	}
 }
 
-func (m *cacheMetrics) restart(reason string) {
-	etcdWatchRestarts.WithLabelValues(m.gr.Group, m.gr.Resource, reason).Inc()
-}
-
-func (m *cacheMetrics) relist(reason string) {
-	relistsCounter.WithLabelValues(m.gr.Group, m.gr.Resource, reason).Inc()
-}
-
-func (m *cacheMetrics) consistencyCheck(status string) {
-	upstream.StorageConsistencyCheckTotal.WithLabelValues(m.gr.Group, m.gr.Resource, status).Inc()
-}
-
 func (m *cacheMetrics) consistentRead(success, fallback bool) {
 	upstream.ConsistentReadTotal.WithLabelValues(m.gr.Group, m.gr.Resource,
 		strconv.FormatBool(success), strconv.FormatBool(fallback)).Inc()
@@ -204,8 +197,6 @@ func (m *cacheMetrics) consistentRead(success, fallback bool) {
 func (m *cacheMetrics) list(index string, fetched, returned int) {
 	upstream.RecordListCacheMetrics(m.gr, index, fetched, returned)
 }
-
-func (m *cacheMetrics) resourceVersion(rv uint64) { upstream.RecordResourceVersion(m.gr, rv) }
 
 // shardedWatchStarted and shardedWatchStopped count open sharded watches in
 // upstream's apiserver_watch_shards_total, registered while the

@@ -46,32 +46,6 @@ func TestGaugeSharesAdd(t *testing.T) {
 	}
 }
 
-// TestUnreadyFollowsReadiness checks the unready gauge through a cache's
-// life: initializing, ready, re-listing, stopped; stopped is final.
-func TestUnreadyFollowsReadiness(t *testing.T) {
-	vec := compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{Name: "test_unready"}, []string{"resource"})
-	compbasemetrics.NewKubeRegistry().MustRegister(vec)
-	r := newReadiness()
-	r.unready = &gaugeShare{g: vec.WithLabelValues("flunders")}
-	r.unready.Set(1) // as New does: a new cache is initializing
-	for _, step := range []struct {
-		to   readyState
-		want float64
-	}{
-		{ready, 0},
-		{pending, 1},
-		{ready, 0},
-		{pending, 1},
-		{stoppedState, 0},
-		{pending, 0},
-	} {
-		r.set(step.to)
-		if got, _ := testutil.GetGaugeMetricValue(vec.WithLabelValues("flunders")); got != step.want {
-			t.Fatalf("after set(%d): unready reads %v, want %v", step.to, got, step.want)
-		}
-	}
-}
-
 // TestEncodedObjectsGauge checks that the cache reports how many object
 // versions hold encodings: one once a watcher was sent a pod, none once
 // the TTL passed without another send.

@@ -48,8 +48,8 @@ func BenchmarkStart(b *testing.B) {
 				}
 				waitReady(b, next)
 				elapsed += time.Since(start)
-				if bf := next.backfill.Load(); bf != nil {
-					<-bf.done
+				if done := next.src.Backfilled(); done != nil {
+					<-done
 				}
 				filled += time.Since(start)
 				bytes += etcdSentBytes(b) - sentBefore

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -89,9 +91,9 @@ func TestWarmStart(t *testing.T) {
 			// for it only up to FreshnessTimeout (3 s), which -race on two
 			// busy cores outlasted once in CI. What is asserted here is
 			// what the fill holds, so wait for it to end.
-			if bf := restarted.backfill.Load(); bf != nil {
+			if done := restarted.src.Backfilled(); done != nil {
 				select {
-				case <-bf.done:
+				case <-done:
 				case <-time.After(wait.ForeverTestTimeout):
 					t.Fatal("the warm start's history fill never ended")
 				}
@@ -135,7 +137,7 @@ type heldBackfill struct {
 }
 
 func (h heldBackfill) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
-	if opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact && opts.Predicate.Limit == listPageSize {
+	if opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact && opts.Predicate.Limit == source.ListPageSize {
 		select {
 		case <-h.release:
 		case <-ctx.Done():
@@ -177,7 +179,7 @@ func TestWarmStartIsReadyBeforeItsHistory(t *testing.T) {
 		done <- result{w, err}
 	}()
 	var r result
-	stepUntil(t, clk, func() bool {
+	testkit.StepUntil(t, clk, func() bool {
 		select {
 		case r = <-done:
 			return true

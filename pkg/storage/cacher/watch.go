@@ -17,7 +17,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	if err != nil {
 		return nil, err
 	}
-	if err := c.ready.check(c.what()); err != nil {
+	if err := c.ready.Check(c.what()); err != nil {
 		if c.cfg.ConsistentReadFallback {
 			return c.cfg.Storage.Watch(ctx, key, opts)
 		}
@@ -61,7 +61,7 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	default:
 		// Resuming from rv: right after a start, the history before the
 		// first list may still be filling in.
-		c.waitForBackfill(ctx, rv)
+		c.src.WaitForBackfill(ctx, rv)
 	}
 	// Priority and fairness counts a watch as executing until it is set up:
 	// with initial events, until they are sent, as upstream's cache tells

@@ -1,9 +1,17 @@
-// Package source is what the watch cache reads from etcd after its list:
-// the Follower watches the etcd3 store from a revision, re-watches from the
-// cache's head whenever a watch ends without losing history, finds a watch
-// gone silent (asking for progress, then closing the connections as quiet)
-// and tells the cache when it must list again instead (End, Classify).
+// Package source is everything the watch cache reads from etcd.
 //
-// The cache's list, warm-start backfill and consistency check are still in
-// the façade; they are this package's next parts.
+// A Source lists the resource (list.go; after a first page, the rest in
+// pages read at once, split by the keys read without values: split.go,
+// keys.go), hands the state to the cache's Sink, and follows etcd from that
+// revision (follower.go): it re-watches from the cache's head whenever a
+// watch ends without losing history, finds a watch gone silent (asking for
+// progress, then closing the connections as quiet: silence.go), and lists
+// again only when it must (End, Classify). Each event becomes an object
+// version and a fan-out event (ingest.go), with repeats etcd's client
+// delivers dropped. Behind a warm start it fills the history from etcd's
+// (backfill.go), and now and then it compares the cache's keys with etcd's
+// (check.go). It sets the cache's Readiness (readiness.go).
+//
+// The source knows the cache only through Sink, Objects and History: the
+// fan-out's dispatcher, the store and the history, which its tests fake.
 package source

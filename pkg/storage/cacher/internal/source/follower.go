@@ -8,13 +8,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
-	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 )
 
 // Delays between attempts to re-open the etcd watch. While the member has
@@ -29,44 +26,17 @@ const (
 	maxRewatchDelay = 250 * time.Millisecond
 )
 
-// Store is what a Follower needs of the etcd3 store.
-type Store interface {
-	Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error)
-	RequestWatchProgress(ctx context.Context) error
-}
-
-// Config is what a Follower watches and reports to.
-type Config struct {
-	// Store is watched under ResourcePrefix, for GroupResource.
-	Store          Store
-	ResourcePrefix string
-	GroupResource  schema.GroupResource
-	// Clock times the silence checks and the waits between attempts.
-	Clock clock.WithTicker
-	// ProgressRequestInterval is how long a watch may hear nothing before
-	// it is asked for progress (see silence).
-	ProgressRequestInterval time.Duration
-	// Connections, if set, closes the connections to etcd gone as quiet as
-	// a silent watch, so that the next watch reaches a member that answers.
-	Connections ConnectionDropper
-	// Head is the newest resourceVersion the cache holds: a watch re-opened
-	// starts after it.
-	Head func() uint64
-	// Restarted is told the reason each time the watch is re-opened
-	// without a re-list.
-	Restarted func(reason string)
-	// Gap observes, in seconds, each time without a working watch.
-	Gap compbasemetrics.ObserverMetric
-}
-
 // Handler takes one event from the watch; stop ends the watch, with end.
 type Handler func(watch.Event) (end End, stop bool)
 
-// Follower keeps a cache on etcd's stream of changes: it watches, and
+// follower keeps a cache on etcd's stream of changes: it watches, and
 // re-watches from the cache's head whenever a watch ends without losing
 // history, a silent one included.
-type Follower struct {
+type follower struct {
 	cfg Config
+	// head is the newest resourceVersion the cache holds: a watch
+	// re-opened starts after it.
+	head func() uint64
 	// answered is signalled when a request through the cache reached etcd
 	// and succeeded: a re-watch waiting for etcd to recover tries at once.
 	answered chan struct{}
@@ -74,9 +44,8 @@ type Follower struct {
 	outage outage
 }
 
-// NewFollower returns a Follower for cfg.
-func NewFollower(cfg Config) *Follower {
-	f := &Follower{cfg: cfg, answered: make(chan struct{}, 1)}
+func newFollower(cfg Config, head func() uint64) *follower {
+	f := &follower{cfg: cfg, head: head, answered: make(chan struct{}, 1)}
 	f.outage.f = f
 	return f
 }
@@ -84,15 +53,15 @@ func NewFollower(cfg Config) *Follower {
 // errRelistRequested ends the watch when the consistency check asks for a relist.
 var errRelistRequested = errors.New("the consistency check found the cache differing from etcd")
 
-// Follow passes every event from rv on to handle: it watches, and whenever
+// follow passes every event from rv on to handle: it watches, and whenever
 // the watch ends without losing history it watches again from the head.
 // It returns only when the cache must re-list, because handle or a reason
 // sent on relist says so or etcd lost the history, or ctx ends.
-func (f *Follower) Follow(ctx context.Context, rv uint64, relist <-chan string, handle Handler) End {
+func (f *follower) follow(ctx context.Context, rv uint64, relist <-chan string, handle Handler) End {
 	backoff := rewatchBackoff()
 	for {
 		progressed := false
-		end := f.Watch(ctx, rv, relist, handle, func(watch.Event) {
+		end := f.watch(ctx, rv, relist, handle, func(watch.Event) {
 			if !progressed {
 				progressed = true
 				f.outage.restored()
@@ -105,20 +74,20 @@ func (f *Follower) Follow(ctx context.Context, rv uint64, relist <-chan string, 
 		if end.Relist {
 			return end
 		}
-		f.cfg.Restarted(end.Reason)
+		f.cfg.Metrics.Restarted(end.Reason)
 		if progressed {
 			backoff = rewatchBackoff()
 		}
 		if err := f.waitToRewatch(ctx, backoff.Step()); err != nil {
 			return End{Reason: EndClosed, Err: err}
 		}
-		rv = f.cfg.Head()
+		rv = f.head()
 	}
 }
 
 // waitToRewatch waits delay before the next attempt to watch, or less
 // once etcd answers a request through the cache.
-func (f *Follower) waitToRewatch(ctx context.Context, delay time.Duration) error {
+func (f *follower) waitToRewatch(ctx context.Context, delay time.Duration) error {
 	// An answer from before the failure proves nothing.
 	select {
 	case <-f.answered:
@@ -141,10 +110,9 @@ func (f *Follower) waitToRewatch(ctx context.Context, delay time.Duration) error
 	}
 }
 
-// Answered notes that etcd answered a request, when err is nil, so that a
-// re-watch waiting for etcd to recover need not wait out its delay. It
-// returns err.
-func (f *Follower) Answered(err error) error {
+// answer notes that etcd answered a request, when err is nil: see
+// Source.Answered.
+func (f *follower) answer(err error) error {
 	if err == nil {
 		select {
 		case f.answered <- struct{}{}:
@@ -158,10 +126,10 @@ func rewatchBackoff() *wait.Backoff {
 	return &wait.Backoff{Duration: minRewatchDelay, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: maxRewatchDelay}
 }
 
-// Watch follows etcd from rv, passing every event to handle, until the
+// watch follows etcd from rv, passing every event to handle, until the
 // watch or handle ends it, or a re-list is requested on relist. alive is
 // called on every event and progress notification.
-func (f *Follower) Watch(ctx context.Context, rv uint64, relist <-chan string, handle Handler, alive func(watch.Event)) End {
+func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, handle Handler, alive func(watch.Event)) End {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := f.cfg.Store.Watch(wctx, f.cfg.ResourcePrefix, storage.ListOptions{
@@ -182,7 +150,7 @@ func (f *Follower) Watch(ctx context.Context, rv uint64, relist <-chan string, h
 	// the outage ends as soon as etcd answers, not with the next write.
 	// Asking only queues a request on the watch's stream; on a stalled
 	// connection it gives up after a second, and the silence check asks again.
-	f.RequestProgress(time.Second)
+	f.requestProgress(time.Second)
 
 	check := newSilence(f.cfg.ProgressRequestInterval, f.cfg.Clock.Now())
 	ticks := f.cfg.Clock.NewTicker(check.period())
@@ -198,7 +166,7 @@ func (f *Follower) Watch(ctx context.Context, rv uint64, relist <-chan string, h
 			ask, silent := check.tick(now, heard)
 			heard = false
 			if ask {
-				f.RequestProgress(time.Second)
+				f.requestProgress(time.Second)
 			}
 			if silent {
 				return f.silent(check.quiet(now))
@@ -220,7 +188,7 @@ func (f *Follower) Watch(ctx context.Context, rv uint64, relist <-chan string, h
 // the same connection would be as silent, so the connections to etcd that
 // have been as quiet are closed first (Config.Connections): etcd's client
 // then re-opens its streams on a connection to a member that answers.
-func (f *Follower) silent(quiet time.Duration) End {
+func (f *follower) silent(quiet time.Duration) End {
 	dropped := 0
 	if f.cfg.Connections != nil {
 		dropped = f.cfg.Connections.DropQuiet(quiet)
@@ -233,7 +201,7 @@ func (f *Follower) silent(quiet time.Duration) End {
 // the watch failing until a new one delivers an event or a progress
 // notification. Only the ingest goroutine uses it.
 type outage struct {
-	f *Follower
+	f *follower
 	// since is when the watch was lost; zero while it works.
 	since time.Time
 }
@@ -247,6 +215,9 @@ func (o *outage) lost(end End) {
 		return
 	}
 	o.since = f.cfg.Clock.Now()
+	if end.Relist {
+		return // Run logs the re-list.
+	}
 	klog.InfoS("Watch cache lost its etcd watch; re-watching from its head while watchers stay open",
 		"resource", f.cfg.GroupResource, "reason", end.Reason, "err", end.Err)
 }
@@ -259,7 +230,7 @@ func (o *outage) restored() {
 	f := o.f
 	gap := f.cfg.Clock.Since(o.since)
 	o.since = time.Time{}
-	f.cfg.Gap.Observe(gap.Seconds())
+	f.cfg.Metrics.Gap.Observe(gap.Seconds())
 	klog.InfoS("Watch cache's etcd watch is back", "resource", f.cfg.GroupResource, "after", gap)
 }
 
@@ -273,10 +244,9 @@ func UnwrapRecordTime(ev watch.Event) (watch.Event, time.Time) {
 	return ev, time.Time{}
 }
 
-// RequestProgress asks etcd for a progress notification on the cache's
-// watch, giving up after timeout: a stalled connection must not stall the
-// caller.
-func (f *Follower) RequestProgress(timeout time.Duration) {
+// requestProgress asks etcd for a progress notification: see
+// Source.RequestProgress.
+func (f *follower) requestProgress(timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := f.cfg.Store.RequestWatchProgress(ctx); err != nil {

@@ -31,9 +31,9 @@ func TestWaitToRewatch(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := testingclock.NewFakeClock(time.Now())
-			f := NewFollower(Config{Clock: clk})
+			f := newFollower(Config{Clock: clk}, nil)
 			if tc.before {
-				_ = f.Answered(nil)
+				_ = f.answer(nil)
 			}
 			done := make(chan error, 1)
 			go func() { done <- f.waitToRewatch(context.Background(), time.Hour) }()
@@ -42,8 +42,8 @@ func TestWaitToRewatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.during {
-				_ = f.Answered(nil)
-				_ = f.Answered(errors.New("failed requests prove nothing"))
+				_ = f.answer(nil)
+				_ = f.answer(errors.New("failed requests prove nothing"))
 			}
 			// Step until the minimum delay has passed, and a little more.
 			deadline := time.After(wait.ForeverTestTimeout)

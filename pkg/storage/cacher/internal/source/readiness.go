@@ -1,4 +1,4 @@
-package cacher
+package source
 
 import (
 	"sync"
@@ -6,7 +6,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
-// readyState is the cache's life cycle:
+// State is the cache's life cycle:
 //
 //	          list done              must re-list
 //	Pending ────────────▶ Ready ─────────────────────▶ Pending (relisting)
@@ -16,39 +16,52 @@ import (
 //	   └─────────────────┴──── Stop ────▶ Stopped
 //
 // The cache must re-list only when etcd compacted its head, an event is
-// unreadable, or the consistency check failed; see internal/source. Reads and
+// unreadable, or the consistency check failed; see follower. Reads and
 // watches are served only while Ready. Until then they get 429 with
 // Retry-After, unless Config.ConsistentReadFallback sends them to etcd.
-type readyState uint8
+type State uint8
 
+// The states.
 const (
-	pending readyState = iota
-	ready
-	stoppedState
+	Pending State = iota
+	Ready
+	Stopped
 )
 
-// readiness tracks readyState and lets callers wait for a change by
+// Readiness tracks the cache's State and lets callers wait for a change by
 // receiving from a channel.
-type readiness struct {
+type Readiness struct {
 	// mu guards state and changed, and serializes unready.
 	mu      sync.Mutex
-	state   readyState
+	state   State
 	changed chan struct{}
-	// unready, if set, is 1 while the state is pending, else 0.
-	unready *gaugeShare
+	// unready, if set, is 1 while the state is Pending, else 0.
+	unready Gauge
 }
 
-func newReadiness() *readiness { return &readiness{changed: make(chan struct{})} }
+// Gauge is a gauge the source sets to a value.
+type Gauge interface{ Set(float64) }
 
-func (r *readiness) set(s readyState) {
+// NewReadiness returns a Pending readiness that keeps unready, if set, at
+// 1 while Pending and 0 otherwise.
+func NewReadiness(unready Gauge) *Readiness {
+	r := &Readiness{changed: make(chan struct{}), unready: unready}
+	if unready != nil {
+		unready.Set(1)
+	}
+	return r
+}
+
+// Set moves to s, unless Stopped.
+func (r *Readiness) Set(s State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.state == stoppedState || r.state == s {
+	if r.state == Stopped || r.state == s {
 		return
 	}
 	r.state = s
 	if r.unready != nil {
-		if s == pending {
+		if s == Pending {
 			r.unready.Set(1)
 		} else {
 			r.unready.Set(0)
@@ -58,19 +71,21 @@ func (r *readiness) set(s readyState) {
 	r.changed = make(chan struct{})
 }
 
-func (r *readiness) get() (readyState, <-chan struct{}) {
+// Get returns the state, and a channel closed when it changes.
+func (r *Readiness) Get() (State, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.state, r.changed
 }
 
-// check returns nil when ready, or the 429 a request gets otherwise.
-func (r *readiness) check(what string) error {
-	s, _ := r.get()
+// Check returns nil when Ready, or the error a request gets otherwise: 429
+// while Pending, 503 once Stopped.
+func (r *Readiness) Check(what string) error {
+	s, _ := r.Get()
 	switch s {
-	case ready:
+	case Ready:
 		return nil
-	case stoppedState:
+	case Stopped:
 		return apierrors.NewServiceUnavailable("the watch cache for " + what + " is stopped")
 	default:
 		return apierrors.NewTooManyRequests("the watch cache for "+what+" is initializing; retry shortly", 1)

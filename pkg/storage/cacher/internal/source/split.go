@@ -1,4 +1,4 @@
-package cacher
+package source
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 
 // listSplit reads every object after key after at revision rev, in pages
 // read at once by as many goroutines as the process has CPUs: at least
-// one page per CPU, and pages of at most Config.listPageSize. The keys,
-// read first without their values (Config.KeyReader), tell where each page
+// one page per CPU, and pages of at most Config.ListPageSize. The keys,
+// read first without their values (Config.Keys), tell where each page
 // starts; each page is a list from the underlying store with a continue
 // token made for its first key.
 //
@@ -22,23 +22,23 @@ import (
 // is most of a start: 4.5 of 6 s at 100,000 objects of 1 KiB, read page
 // after page on one core while the others waited. Upstream's reflector
 // reads its pages one after another.
-func (c *Cacher) listSplit(ctx context.Context, opts storage.ListOptions, rev uint64, after string) ([]*object.Object, error) {
+func (s *Source) listSplit(ctx context.Context, opts storage.ListOptions, rev uint64, after string) ([]*object.Object, error) {
 	var keys []string
-	if _, err := c.cfg.KeyReader.ReadKeys(ctx, int64(rev), func(key string, _ int64) {
+	if _, err := s.cfg.Keys.ReadKeys(ctx, int64(rev), func(key string, _ int64) {
 		if key > after {
 			keys = append(keys, key)
 		}
 	}); err != nil {
-		return nil, fmt.Errorf("listing %s's keys: %w", c.cfg.GroupResource, err)
+		return nil, fmt.Errorf("listing %s's keys: %w", s.cfg.GroupResource, err)
 	}
 	cpus := goruntime.GOMAXPROCS(0)
-	per := max(1, min(int(c.cfg.listPageSize), (len(keys)+cpus-1)/cpus))
+	per := max(1, min(int(s.cfg.ListPageSize), (len(keys)+cpus-1)/cpus))
 	opts.Predicate.Limit = int64(per)
 	var starts []string
 	for i := 0; i < len(keys); i += per {
 		starts = append(starts, keys[i])
 	}
-	prefix, err := storage.PrepareKey(c.cfg.ResourcePrefix, c.cfg.ResourcePrefix, true)
+	prefix, err := storage.PrepareKey(s.cfg.ResourcePrefix, s.cfg.ResourcePrefix, true)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func (c *Cacher) listSplit(ctx context.Context, opts storage.ListOptions, rev ui
 			if page.Predicate.Continue, err = storage.EncodeContinue(start, prefix, int64(rev)); err != nil {
 				return err
 			}
-			pages[i], _, _, err = c.listPage(gctx, page)
+			pages[i], _, _, err = s.listPage(gctx, page)
 			return err
 		})
 	}
@@ -67,7 +67,7 @@ func (c *Cacher) listSplit(ctx context.Context, opts storage.ListOptions, rev ui
 	}
 	// Every page is at rev, so together they hold exactly the keys read.
 	if len(objs) != len(keys) {
-		return nil, fmt.Errorf("listing %s at revision %d: %d keys, but %d objects in their pages", c.cfg.GroupResource, rev, len(keys), len(objs))
+		return nil, fmt.Errorf("listing %s at revision %d: %d keys, but %d objects in their pages", s.cfg.GroupResource, rev, len(keys), len(objs))
 	}
 	return objs, nil
 }

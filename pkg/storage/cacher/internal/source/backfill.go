@@ -1,4 +1,4 @@
-package cacher
+package source
 
 import (
 	"context"
@@ -16,7 +16,6 @@ import (
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
 // A warm start fills the event log from etcd's retained history instead of
@@ -50,46 +49,46 @@ var errBackfilled = errors.New("backfilled")
 
 // startBackfill fills the history before to, where the log now starts,
 // unless the log is reset or ctx ends first.
-func (c *Cacher) startBackfill(ctx context.Context, to uint64) {
-	if c.cfg.WarmStartRevisions <= 0 {
+func (s *Source) startBackfill(ctx context.Context, to uint64) {
+	if s.cfg.WarmStartRevisions <= 0 {
 		return
 	}
 	bf := &backfill{to: to, done: make(chan struct{})}
-	generation := c.log.Resets()
-	c.backfill.Store(bf)
+	generation := s.cfg.History.Resets()
+	s.backfill.Store(bf)
 	go func() {
 		defer close(bf.done)
-		from, err := c.warmStartFrom(ctx, to)
+		from, err := s.warmStartFrom(ctx, to)
 		if err != nil || from == 0 {
 			if err != nil && ctx.Err() == nil {
-				klog.ErrorS(err, "Watch cache could not fill its history from etcd", "resource", c.cfg.GroupResource)
+				klog.ErrorS(err, "Watch cache could not fill its history from etcd", "resource", s.cfg.GroupResource)
 			}
 			return
 		}
-		events, err := c.replay(ctx, from, to)
-		if err == nil && !c.d.PrependHistory(events, from, to, generation) {
+		events, err := s.replay(ctx, from, to)
+		if err == nil && !s.cfg.Sink.PrependHistory(events, from, to, generation) {
 			err = fmt.Errorf("the log moved on during the backfill")
 		}
 		if err != nil {
 			if ctx.Err() == nil {
-				klog.ErrorS(err, "Watch cache could not fill its history from etcd", "resource", c.cfg.GroupResource)
+				klog.ErrorS(err, "Watch cache could not fill its history from etcd", "resource", s.cfg.GroupResource)
 			}
 			return
 		}
-		klog.V(2).InfoS("Watch cache filled its history from etcd", "resource", c.cfg.GroupResource,
+		klog.V(2).InfoS("Watch cache filled its history from etcd", "resource", s.cfg.GroupResource,
 			"from", from, "to", to, "events", len(events))
 	}()
 }
 
-// waitForBackfill waits, up to FreshnessTimeout, for a backfill that may
+// WaitForBackfill waits, up to FreshnessTimeout, for a backfill that may
 // cover rv, so that a client resuming from rv right after a start gets
 // the events after it rather than a 410.
-func (c *Cacher) waitForBackfill(ctx context.Context, rv uint64) {
-	bf := c.backfill.Load()
+func (s *Source) WaitForBackfill(ctx context.Context, rv uint64) {
+	bf := s.backfill.Load()
 	if bf == nil || rv >= bf.to {
 		return
 	}
-	timer := c.cfg.Clock.NewTimer(c.cfg.FreshnessTimeout)
+	timer := s.cfg.Clock.NewTimer(s.cfg.FreshnessTimeout)
 	defer timer.Stop()
 	select {
 	case <-bf.done:
@@ -98,10 +97,19 @@ func (c *Cacher) waitForBackfill(ctx context.Context, rv uint64) {
 	}
 }
 
+// Backfilled returns a channel closed once the latest warm start's backfill
+// has ended, filled or not, or nil if there was none.
+func (s *Source) Backfilled() <-chan struct{} {
+	if bf := s.backfill.Load(); bf != nil {
+		return bf.done
+	}
+	return nil
+}
+
 // replay builds the events from from to to: the state at from, then every
 // change after it, each with the object it replaced.
-func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, error) {
-	objs, _, err := c.listAt(ctx, from)
+func (s *Source) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, error) {
+	objs, _, err := s.listAt(ctx, from)
 	if err != nil {
 		return nil, err
 	}
@@ -110,21 +118,21 @@ func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 		state[o.Key] = o
 	}
 	var events []*fanout.Event
-	now := c.cfg.Clock.Now()
-	handle := func(ev watch.Event) (source.End, bool) {
-		ev, _ = source.UnwrapRecordTime(ev)
+	now := s.cfg.Clock.Now()
+	handle := func(ev watch.Event) (End, bool) {
+		ev, _ = UnwrapRecordTime(ev)
 		switch ev.Type {
 		case watch.Bookmark:
-			if rv, err := c.cfg.Versioner.ObjectResourceVersion(ev.Object); err != nil || rv >= to {
-				return source.End{Err: errBackfilled}, true
+			if rv, err := s.cfg.Versioner.ObjectResourceVersion(ev.Object); err != nil || rv >= to {
+				return End{Err: errBackfilled}, true
 			}
 		case watch.Added, watch.Modified, watch.Deleted:
-			o, err := c.build.Build(ev.Object)
+			o, err := s.cfg.Build.Build(ev.Object)
 			if err != nil {
-				return source.End{Reason: source.EndUnreadable, Err: err}, true
+				return End{Reason: EndUnreadable, Err: err}, true
 			}
 			if o.RV > to {
-				return source.End{Err: errBackfilled}, true
+				return End{Err: errBackfilled}, true
 			}
 			prev := state[o.Key]
 			e := &fanout.Event{Key: o.Key, Rev: o.RV, Cur: o, Prev: prev, Seen: now}
@@ -145,14 +153,14 @@ func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 				events = append(events, e)
 			}
 			if o.RV == to {
-				return source.End{Err: errBackfilled}, true
+				return End{Err: errBackfilled}, true
 			}
 		case watch.Error:
-			return source.Classify(apierrors.FromObject(ev.Object)), true
+			return Classify(apierrors.FromObject(ev.Object)), true
 		}
-		return source.End{}, false
+		return End{}, false
 	}
-	end := c.src.Watch(ctx, from, nil, handle, func(watch.Event) {})
+	end := s.f.watch(ctx, from, nil, handle, func(watch.Event) {})
 	if !errors.Is(end.Err, errBackfilled) {
 		return nil, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, end)
 	}
@@ -161,22 +169,22 @@ func (c *Cacher) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 
 // warmStartFrom returns the revision a backfill up to to starts from, or
 // 0 when there is nothing to fill.
-func (c *Cacher) warmStartFrom(ctx context.Context, to uint64) (uint64, error) {
-	lo := max(int64(to)-c.cfg.WarmStartRevisions, c.cfg.Storage.CompactRevision(), 1)
+func (s *Source) warmStartFrom(ctx context.Context, to uint64) (uint64, error) {
+	lo := max(int64(to)-s.cfg.WarmStartRevisions, s.cfg.Store.CompactRevision(), 1)
 	if uint64(lo) >= to {
 		return 0, nil
 	}
 	// etcd may have been compacted past what the store has seen (etcd's
 	// own auto-compaction records nothing): find the oldest revision it
 	// still serves. Probes are single-item lists, at most log2(bound).
-	ok, err := c.readableAt(ctx, uint64(lo))
+	ok, err := s.readableAt(ctx, uint64(lo))
 	if err != nil || ok {
 		return uint64(lo), err
 	}
 	hi := int64(to) // readable
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
-		if ok, err = c.readableAt(ctx, uint64(mid)); err != nil {
+		if ok, err = s.readableAt(ctx, uint64(mid)); err != nil {
 			return 0, err
 		}
 		if ok {
@@ -188,18 +196,18 @@ func (c *Cacher) warmStartFrom(ctx context.Context, to uint64) (uint64, error) {
 	if uint64(hi) >= to {
 		return 0, nil
 	}
-	klog.V(2).InfoS("Warm start bounded by etcd's compaction", "resource", c.cfg.GroupResource, "from", hi)
+	klog.V(2).InfoS("Warm start bounded by etcd's compaction", "resource", s.cfg.GroupResource, "from", hi)
 	return uint64(hi), nil
 }
 
 // readableAt reports whether etcd still serves the state at rev.
-func (c *Cacher) readableAt(ctx context.Context, rev uint64) (bool, error) {
-	err := c.cfg.Storage.GetList(ctx, c.cfg.ResourcePrefix, storage.ListOptions{
+func (s *Source) readableAt(ctx context.Context, rev uint64) (bool, error) {
+	err := s.cfg.Store.GetList(ctx, s.cfg.ResourcePrefix, storage.ListOptions{
 		ResourceVersion:      strconv.FormatUint(rev, 10),
 		ResourceVersionMatch: metav1.ResourceVersionMatchExact,
 		Recursive:            true,
 		Predicate:            storage.SelectionPredicate{Label: labels.Everything(), Field: fields.Everything(), Limit: 1},
-	}, c.cfg.NewListFunc())
+	}, s.cfg.NewListFunc())
 	switch {
 	case err == nil:
 		return true, nil

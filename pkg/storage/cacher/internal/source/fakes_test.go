@@ -1,0 +1,288 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/apis/example"
+	"k8s.io/apiserver/pkg/storage"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
+)
+
+// The fakes at the source's two boundaries: the etcd3 store it reads, and
+// the cache it fills.
+
+// fakeEtcd is an etcd3 store whose state the test sets and whose watches
+// the test drives: each Watch is handed to the test on watches.
+type fakeEtcd struct {
+	// mu guards pods and rev.
+	mu   sync.Mutex
+	pods []*example.Pod
+	rev  uint64
+	// watches receives each watch opened, with the resourceVersion it
+	// starts after.
+	watches chan openedWatch
+}
+
+type openedWatch struct {
+	w  *watch.FakeWatcher
+	rv string
+}
+
+func newFakeEtcd(rev uint64, pods ...*example.Pod) *fakeEtcd {
+	return &fakeEtcd{pods: pods, rev: rev, watches: make(chan openedWatch, 10)}
+}
+
+// set replaces the state a list reads.
+func (e *fakeEtcd) set(rev uint64, pods ...*example.Pod) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pods, e.rev = pods, rev
+}
+
+func (e *fakeEtcd) GetList(_ context.Context, _ string, _ storage.ListOptions, listObj runtime.Object) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	list := listObj.(*example.PodList)
+	for _, p := range e.pods {
+		list.Items = append(list.Items, *p.DeepCopy())
+	}
+	list.ResourceVersion = strconv.FormatUint(e.rev, 10)
+	return nil
+}
+
+func (e *fakeEtcd) Watch(_ context.Context, _ string, opts storage.ListOptions) (watch.Interface, error) {
+	w := watch.NewFakeWithChanSize(10, false)
+	e.watches <- openedWatch{w: w, rv: opts.ResourceVersion}
+	return w, nil
+}
+
+func (e *fakeEtcd) RequestWatchProgress(context.Context) error { return nil }
+func (e *fakeEtcd) CompactRevision() int64                     { return 0 }
+
+// next returns the next watch the source opens.
+func (e *fakeEtcd) next(t *testing.T) openedWatch {
+	t.Helper()
+	o, _ := testkit.Recv(t, e.watches, "the source's etcd watch")
+	return o
+}
+
+// fakeCache is the cache a source fills: its state, its head, and what it
+// was told.
+type fakeCache struct {
+	// mu guards every field.
+	mu      sync.Mutex
+	objs    map[string]*object.Object
+	head    uint64
+	resets  int
+	events  []*fanout.Event
+	endings []string
+}
+
+func newFakeCache() *fakeCache { return &fakeCache{objs: map[string]*object.Object{}} }
+
+func (c *fakeCache) Reset(objs []*object.Object, rv uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.objs = map[string]*object.Object{}
+	for _, o := range objs {
+		c.objs[o.Key] = o
+	}
+	c.head = rv
+	c.resets++
+}
+
+func (c *fakeCache) Process(e *fanout.Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.Type == watch.Deleted {
+		delete(c.objs, e.Key)
+	} else {
+		c.objs[e.Key] = e.Cur
+	}
+	c.head = e.Rev
+	c.events = append(c.events, e)
+}
+
+func (c *fakeCache) Progress(rv uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.head = max(c.head, rv)
+}
+
+func (c *fakeCache) PrependHistory([]*fanout.Event, uint64, uint64, uint64) bool { return true }
+
+func (c *fakeCache) EndAll(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.endings = append(c.endings, reason)
+}
+
+func (c *fakeCache) Get(key string) (*object.Object, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.objs[key]
+	return o, ok
+}
+
+// Latest is the state in a real store, for the consistency check.
+func (c *fakeCache) Latest() store.Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	objs := make([]*object.Object, 0, len(c.objs))
+	for _, o := range c.objs {
+		objs = append(objs, o)
+	}
+	s := store.New[*fanout.Event](nil)
+	s.Replace(objs, c.head)
+	return s.Latest()
+}
+
+func (c *fakeCache) Bounds() (since, head uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return 0, c.head
+}
+
+func (c *fakeCache) Resets() uint64 { return 0 }
+
+// seen returns the events processed, as "TYPE key@rv".
+func (c *fakeCache) seen() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, e := range c.events {
+		out = append(out, fmt.Sprintf("%s %s@%d", e.Type, e.Key, e.Rev))
+	}
+	return out
+}
+
+func (c *fakeCache) lists() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.resets
+}
+
+func (c *fakeCache) ended() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.endings...)
+}
+
+// counts keeps the source's metrics: counters and observations by name,
+// and reasons by metric.
+type counts struct {
+	// mu guards n.
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counts) add(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[name]++
+}
+
+func (c *counts) get(name string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[name]
+}
+
+// counter is one named counter or observer of counts.
+type counter struct {
+	c    *counts
+	name string
+}
+
+func (m counter) Inc()            { m.c.add(m.name) }
+func (m counter) Add(float64)     { m.c.add(m.name) }
+func (m counter) Observe(float64) { m.c.add(m.name) }
+
+func (c *counts) metrics() Metrics {
+	return Metrics{
+		Received: counter{c, "received"}, Replayed: counter{c, "replayed"},
+		Listed: counter{c, "listed"}, ListFailed: counter{c, "list_failed"},
+		ListDuration: counter{c, "list_duration"}, Gap: counter{c, "gap"},
+		Restarted:       func(r string) { c.add("restarted/" + r) },
+		Relisted:        func(r string) { c.add("relisted/" + r) },
+		Checked:         func(r string) { c.add("checked/" + r) },
+		ResourceVersion: func(uint64) {},
+	}
+}
+
+// fakeKeys is a KeyReader over a fixed set of keys and revisions.
+type fakeKeys map[string]int64
+
+func (k fakeKeys) ReadKeys(_ context.Context, _ int64, fn func(string, int64)) (int64, error) {
+	keys := make([]string, 0, len(k))
+	for key := range k {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		fn(key, k[key])
+	}
+	return int64(len(keys)), nil
+}
+
+// harness is a Source over a fake etcd and a fake cache, on a fake clock.
+type harness struct {
+	src   *Source
+	etcd  *fakeEtcd
+	cache *fakeCache
+	ready *Readiness
+	n     *counts
+	clk   *testingclock.FakeClock
+}
+
+func newHarness(etcd *fakeEtcd, keys KeyReader) *harness {
+	h := &harness{etcd: etcd, cache: newFakeCache(), ready: NewReadiness(nil), n: &counts{n: map[string]int{}},
+		clk: testingclock.NewFakeClock(time.Now())}
+	h.src = New(Config{Store: etcd, ResourcePrefix: "/pods/", GroupResource: schema.GroupResource{Resource: "pods"},
+		NewListFunc: func() runtime.Object { return &example.PodList{} }, Versioner: storage.APIObjectVersioner{},
+		Build: objecttest.Pods, Keys: keys, ListPageSize: ListPageSize, FreshnessTimeout: time.Second,
+		ProgressRequestInterval: time.Hour, Clock: h.clk,
+		Sink: h.cache, Objects: h.cache, History: h.cache, Ready: h.ready, Metrics: h.n.metrics()})
+	return h
+}
+
+// run runs the source until the test ends.
+func (h *harness) run(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.src.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		testkit.Recv(t, done, "the source's end")
+	})
+}
+
+// waitState waits for the readiness to reach s.
+func (h *harness) waitState(t *testing.T, s State) {
+	t.Helper()
+	testkit.StepUntil(t, h.clk, func() bool { got, _ := h.ready.Get(); return got == s })
+}
+
+// pod is pod name in namespace ns at resourceVersion rv.
+func pod(name string, rv uint64) *example.Pod {
+	return &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: strconv.FormatUint(rv, 10)}}
+}

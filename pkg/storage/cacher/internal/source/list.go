@@ -1,0 +1,92 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+)
+
+// ListPageSize is the default page size of the cache's own lists from etcd, as
+// upstream's reflector pages its initial list.
+const ListPageSize = 10000
+
+// firstListPage is the size of the first page of the cache's own lists
+// when the rest can be read at once (listSplit): small, so that a list of
+// a few thousand objects is decoded on every CPU too.
+const firstListPage = 1000
+
+// listAt reads every object at revision rev, or at the current one for 0.
+func (s *Source) listAt(ctx context.Context, rev uint64) ([]*object.Object, uint64, error) {
+	var objs []*object.Object
+	var rv uint64
+	opts := storage.ListOptions{
+		Recursive: true,
+		Predicate: storage.SelectionPredicate{Label: labels.Everything(), Field: fields.Everything(), Limit: s.cfg.ListPageSize},
+	}
+	if s.cfg.Keys != nil {
+		opts.Predicate.Limit = min(opts.Predicate.Limit, firstListPage)
+	}
+	if rev > 0 {
+		opts.ResourceVersion = strconv.FormatUint(rev, 10)
+		opts.ResourceVersionMatch = metav1.ResourceVersionMatchExact
+	}
+	for {
+		page, pageRV, next, err := s.listPage(ctx, opts)
+		if err != nil {
+			return nil, 0, err
+		}
+		objs, rv = append(objs, page...), pageRV
+		if next == "" {
+			return objs, rv, nil
+		}
+		if s.cfg.Keys != nil {
+			rest, err := s.listSplit(ctx, opts, rv, objs[len(objs)-1].Key)
+			if err != nil {
+				return nil, 0, err
+			}
+			return append(objs, rest...), rv, nil
+		}
+		// Continue tokens carry their revision.
+		opts.Predicate.Continue = next
+		opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
+	}
+}
+
+// listPage reads one page of a list from the underlying store, and returns
+// its objects, its revision and its continue token.
+func (s *Source) listPage(ctx context.Context, opts storage.ListOptions) ([]*object.Object, uint64, string, error) {
+	list := s.cfg.NewListFunc()
+	if err := s.cfg.Store.GetList(ctx, s.cfg.ResourcePrefix, opts, list); err != nil {
+		return nil, 0, "", fmt.Errorf("listing %s: %w", s.cfg.GroupResource, err)
+	}
+	var objs []*object.Object
+	err := meta.EachListItem(list, func(item runtime.Object) error {
+		o, err := s.cfg.Build.Build(item)
+		if err == nil {
+			objs = append(objs, o)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, 0, "", err
+	}
+	object.PackBytes(objs)
+	lm, err := meta.ListAccessor(list)
+	if err != nil {
+		return nil, 0, "", err
+	}
+	rv, err := s.cfg.Versioner.ParseResourceVersion(lm.GetResourceVersion())
+	if err != nil {
+		return nil, 0, "", err
+	}
+	return objs, rv, lm.GetContinue(), nil
+}

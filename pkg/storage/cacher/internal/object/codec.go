@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"sync"
 
@@ -67,9 +68,10 @@ func newCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtim
 		// As the storage's codec decodes (k8s.io/apiserver's storage codec:
 		// JSON, not strict, defaulted, converted into the caller's type), but
 		// with the type taken from the header the cache's own bytes begin
-		// with.
+		// with, and unmarshalled in one pass (jsonDecoder).
 		s := jsonserializer.NewSerializerWithOptions(headerMeta{}, scheme, scheme, jsonserializer.SerializerOptions{})
-		c.decoder = versioning.NewDefaultingCodecForScheme(scheme, nil, s, nil, runtime.InternalGroupVersioner)
+		d := &jsonDecoder{scheme: scheme, serializer: s, safe: map[reflect.Type]bool{}}
+		c.decoder = versioning.NewDefaultingCodecForScheme(scheme, nil, d, nil, runtime.InternalGroupVersioner)
 	}
 	return c
 }

@@ -134,6 +134,12 @@ func (s *Source) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 			if o.RV > to {
 				return End{Err: errBackfilled}, true
 			}
+			// The version the store holds is the same object, not a second
+			// copy: after a start, most of the history is the newest
+			// version of its key.
+			if held, ok := s.cfg.Objects.Get(o.Key); ok && held.RV == o.RV {
+				o = held
+			}
 			prev := state[o.Key]
 			e := &fanout.Event{Key: o.Key, Rev: o.RV, Cur: o, Prev: prev, Seen: now}
 			switch {

@@ -30,10 +30,13 @@ import (
 // fakeEtcd is an etcd3 store whose state the test sets and whose watches
 // the test drives: each Watch is handed to the test on watches.
 type fakeEtcd struct {
-	// mu guards pods and rev.
+	// mu guards pods, rev and at.
 	mu   sync.Mutex
 	pods []*example.Pod
 	rev  uint64
+	// at holds the state at older revisions, for exact lists; an exact
+	// list at a revision it lacks reads the current state.
+	at map[uint64][]*example.Pod
 	// watches receives each watch opened, with the resourceVersion it
 	// starts after.
 	watches chan openedWatch
@@ -55,14 +58,21 @@ func (e *fakeEtcd) set(rev uint64, pods ...*example.Pod) {
 	e.pods, e.rev = pods, rev
 }
 
-func (e *fakeEtcd) GetList(_ context.Context, _ string, _ storage.ListOptions, listObj runtime.Object) error {
+func (e *fakeEtcd) GetList(_ context.Context, _ string, opts storage.ListOptions, listObj runtime.Object) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	list := listObj.(*example.PodList)
-	for _, p := range e.pods {
+	pods, rev := e.pods, e.rev
+	if opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
+		rev, _ = strconv.ParseUint(opts.ResourceVersion, 10, 64)
+		if old, ok := e.at[rev]; ok {
+			pods = old
+		}
+	}
+	for _, p := range pods {
 		list.Items = append(list.Items, *p.DeepCopy())
 	}
-	list.ResourceVersion = strconv.FormatUint(e.rev, 10)
+	list.ResourceVersion = strconv.FormatUint(rev, 10)
 	return nil
 }
 
@@ -92,9 +102,13 @@ type fakeCache struct {
 	resets  int
 	events  []*fanout.Event
 	endings []string
+	// prepended receives what each PrependHistory was given.
+	prepended chan []*fanout.Event
 }
 
-func newFakeCache() *fakeCache { return &fakeCache{objs: map[string]*object.Object{}} }
+func newFakeCache() *fakeCache {
+	return &fakeCache{objs: map[string]*object.Object{}, prepended: make(chan []*fanout.Event, 1)}
+}
 
 func (c *fakeCache) Reset(objs []*object.Object, rv uint64) {
 	c.mu.Lock()
@@ -125,7 +139,10 @@ func (c *fakeCache) Progress(rv uint64) {
 	c.head = max(c.head, rv)
 }
 
-func (c *fakeCache) PrependHistory([]*fanout.Event, uint64, uint64, uint64) bool { return true }
+func (c *fakeCache) PrependHistory(events []*fanout.Event, _, _, _ uint64) bool {
+	c.prepended <- events
+	return true
+}
 
 func (c *fakeCache) EndAll(reason string) {
 	c.mu.Lock()

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"net/http"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,7 +12,8 @@ import (
 
 // BenchmarkObjectMemory measures what the cache holds an object in, and
 // how long it takes to hold them all: the heap in use per object once the
-// server is ready over a loaded etcd, and again after a restart with no
+// server is ready over a loaded etcd and ours has filled its history from
+// etcd's (a warm start), and again after a restart with no
 // history (--watch-cache-warm-start-revisions=0, which upstream's cache
 // always is), with the time from the new process to a served list.
 //
@@ -19,7 +21,8 @@ import (
 // turns over one etcd loaded once, as in BenchmarkConcurrentLists, so a
 // build without one of the object's mechanisms (the interner, the page
 // packing) runs beside ours in minutes, where make bench-scale takes an
-// hour. MEMORY_OBJECTS (100,000) sizes it; MEMORY_ROUNDS (3) repeats it;
+// hour. MEMORY_HEAP_PROFILES=dir keeps each server's heap profile with no
+// history (the last round's). MEMORY_OBJECTS (100,000) sizes it; MEMORY_ROUNDS (3) repeats it;
 // MEMORY_IMPLS and MEMORY_ALT pick the servers as WATCHLIST_IMPLS and
 // WATCHLIST_ALT do.
 func BenchmarkObjectMemory(b *testing.B) {
@@ -27,6 +30,7 @@ func BenchmarkObjectMemory(b *testing.B) {
 	impls := serverBinaries(b, "MEMORY_IMPLS", "MEMORY_ALT")
 	l := newLoaded(b, impls[0].bin, objects)
 	l.takeTurns(b, impls, rounds, objects, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
+		waitHistoryFilled(ctx, b, hc, cfg.Host)
 		heap, _ := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
 		b.ReportMetric(float64(heap)/float64(objects), "heap-B/object")
 
@@ -41,5 +45,6 @@ func BenchmarkObjectMemory(b *testing.B) {
 		heap, rss := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
 		b.ReportMetric(float64(heap)/float64(objects), "drained-heap-B/object")
 		b.ReportMetric(float64(rss)/(1<<20), "drained-rss-MiB")
+		saveHeapProfile(ctx, b, hc, cfg.Host, "MEMORY_HEAP_PROFILES", "drained-"+filepath.Base(s.bin)+".pb.gz")
 	}, nil)
 }

@@ -138,8 +138,9 @@ define turns-bench
 	  | $(GO) run ../../hack/tools/benchtable
 endef
 
-## bench-lists: 8 and 32 full lists of 100,000 objects at once, and 8 at v1alpha1: the RSS they add and the
-## time to the last, the servers taking turns over one etcd loaded once, for LISTS_ROUNDS rounds.
+## bench-lists: a Table in pages of 500 and a v1alpha1 list, the two that decode every object, one at a time;
+## then 8 and 32 full lists of 100,000 objects at once, and 8 at v1alpha1: the RSS they add and the time to
+## the last; the servers taking turns over one etcd loaded once, for LISTS_ROUNDS rounds.
 ## LISTS_ALT=path,… adds other server binaries.
 LISTS_ROUNDS ?= 3
 bench-lists:

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/component-base/cli"
+	"k8s.io/sample-apiserver/pkg/apiserver"
 	"k8s.io/sample-apiserver/pkg/cmd/server"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
@@ -45,8 +46,10 @@ func serve(ctx context.Context, o *server.WardleServerOptions) error {
 		return err
 	}
 
-	// The one line: every resource's storage gets our cache.
-	config.GenericConfig.RESTOptionsGetter = cacher.WithStorageDecorator(config.GenericConfig.RESTOptionsGetter, cacher.StorageDecorator(cacher.Config{}))
+	// The one line: every resource's storage gets our cache. Scheme, the
+	// one the server's codecs are made from, lets it decode in half the time.
+	config.GenericConfig.RESTOptionsGetter = cacher.WithStorageDecorator(config.GenericConfig.RESTOptionsGetter,
+		cacher.StorageDecorator(cacher.Config{Scheme: apiserver.Scheme}))
 
 	srv, err := config.Complete().New()
 	if err != nil {

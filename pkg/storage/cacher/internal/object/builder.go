@@ -57,6 +57,9 @@ func NewBuilder(cfg BuilderConfig) *Builder {
 // Codec returns the codec of the objects b makes.
 func (b *Builder) Codec() *Codec { return b.codec }
 
+// Key returns obj's key, as Build would.
+func (b *Builder) Key(obj runtime.Object) (string, error) { return b.cfg.KeyFunc(obj) }
+
 // Build computes what the cache keeps for obj: its bytes and what
 // selectors need. obj is not kept.
 func (b *Builder) Build(obj runtime.Object) (*Object, error) {

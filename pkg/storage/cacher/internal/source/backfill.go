@@ -109,7 +109,7 @@ func (s *Source) Backfilled() <-chan struct{} {
 // replay builds the events from from to to: the state at from, then every
 // change after it, each with the object it replaced.
 func (s *Source) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, error) {
-	objs, _, err := s.listAt(ctx, from)
+	objs, _, err := s.listAt(ctx, from, true)
 	if err != nil {
 		return nil, err
 	}
@@ -127,18 +127,15 @@ func (s *Source) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 				return End{Err: errBackfilled}, true
 			}
 		case watch.Added, watch.Modified, watch.Deleted:
-			o, err := s.cfg.Build.Build(ev.Object)
-			if err != nil {
-				return End{Reason: EndUnreadable, Err: err}, true
+			o := s.held(ev.Object)
+			if o == nil {
+				var err error
+				if o, err = s.cfg.Build.Build(ev.Object); err != nil {
+					return End{Reason: EndUnreadable, Err: err}, true
+				}
 			}
 			if o.RV > to {
 				return End{Err: errBackfilled}, true
-			}
-			// The version the store holds is the same object, not a second
-			// copy: after a start, most of the history is the newest
-			// version of its key.
-			if held, ok := s.cfg.Objects.Get(o.Key); ok && held.RV == o.RV {
-				o = held
 			}
 			prev := state[o.Key]
 			e := &fanout.Event{Key: o.Key, Rev: o.RV, Cur: o, Prev: prev, Seen: now}

@@ -211,7 +211,7 @@ func (s *Source) list(ctx context.Context) (uint64, error) {
 	case <-s.relist:
 	default:
 	}
-	objs, rv, err := s.listAt(ctx, 0)
+	objs, rv, err := s.listAt(ctx, 0, false)
 	if err != nil {
 		return 0, err
 	}

@@ -13,9 +13,9 @@ import (
 // BenchmarkConcurrentLists measures full lists served at once: the memory
 // they add to the server's RSS and the time until the last one was read,
 // at the storage version (the cached bytes) and at v1alpha1 (decoded,
-// converted and encoded). Before them it times, one at a time, the two
-// lists that decode every object in ours: a Table in pages of 500 and a
-// v1alpha1 list. Like BenchmarkWatchListWrites it loads one etcd
+// converted and encoded). Before them it times lists one at a time: a
+// consistent one, and the two that decode every object in ours, a Table in
+// pages of 500 and a v1alpha1 list. Like BenchmarkWatchListWrites it loads one etcd
 // once, then runs each server over it in turn, round after round: a
 // same-run A/B of --watch-cache-list-concurrency needs
 // LISTS_ALT=<a script running ours with the flag>.
@@ -24,11 +24,9 @@ import (
 // LISTS_IMPLS and LISTS_ALT pick the servers as WATCHLIST_IMPLS and
 // WATCHLIST_ALT do.
 func BenchmarkConcurrentLists(b *testing.B) {
-	objects, rounds := envInt("LISTS_OBJECTS", 100_000), envInt("LISTS_ROUNDS", 3)
-	impls := serverBinaries(b, "LISTS_IMPLS", "LISTS_ALT")
-	l := newLoaded(b, impls[0].bin, objects)
-	l.takeTurns(b, impls, rounds, objects, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
-		reportListLatencies(ctx, b, hc, base, []listKind{tableList, v1alpha1List})
+	l := newLoaded(b, "LISTS", 100_000)
+	l.takeTurns(b, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
+		reportListLatencies(ctx, b, hc, base, []listKind{{name: "consistent"}, tableList, v1alpha1List})
 		_, rss := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
 		for _, run := range []struct {
 			version string

@@ -26,13 +26,13 @@ import (
 // MEMORY_IMPLS and MEMORY_ALT pick the servers as WATCHLIST_IMPLS and
 // WATCHLIST_ALT do.
 func BenchmarkObjectMemory(b *testing.B) {
-	objects, rounds := envInt("MEMORY_OBJECTS", 100_000), envInt("MEMORY_ROUNDS", 3)
-	impls := serverBinaries(b, "MEMORY_IMPLS", "MEMORY_ALT")
-	l := newLoaded(b, impls[0].bin, objects)
-	l.takeTurns(b, impls, rounds, objects, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
+	l := newLoaded(b, "MEMORY", 100_000)
+	objects := l.objects
+	l.takeTurns(b, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
 		waitHistoryFilled(ctx, b, hc, cfg.Host)
-		heap, _ := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
+		heap, rss := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
 		b.ReportMetric(float64(heap)/float64(objects), "heap-B/object")
+		b.ReportMetric(float64(rss)/(1<<20), "rss-MiB")
 
 		s.stop(b)
 		warm := s.args
@@ -42,7 +42,7 @@ func BenchmarkObjectMemory(b *testing.B) {
 		s.start(b)
 		waitCacheReady(ctx, b, hc, base, objects)
 		b.ReportMetric(ms(time.Since(t0)), "restart-ready-ms")
-		heap, rss := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
+		heap, rss = serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
 		b.ReportMetric(float64(heap)/float64(objects), "drained-heap-B/object")
 		b.ReportMetric(float64(rss)/(1<<20), "drained-rss-MiB")
 		saveHeapProfile(ctx, b, hc, cfg.Host, "MEMORY_HEAP_PROFILES", "drained-"+filepath.Base(s.bin)+".pb.gz")

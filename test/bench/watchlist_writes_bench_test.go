@@ -35,11 +35,9 @@ import (
 // (probe_bench_test.go). BENCH_TRACE_DIR saves a runtime trace of each server as its
 // watch-lists start, for go tool trace, of BENCH_PROFILE_SECONDS (2).
 func BenchmarkWatchListWrites(b *testing.B) {
-	objects, clients, rounds := envInt("WATCHLIST_OBJECTS", 10_000), envInt("WATCHLIST_CLIENTS", 100), envInt("WATCHLIST_ROUNDS", 3)
-	impls := serverBinaries(b, "WATCHLIST_IMPLS", "WATCHLIST_ALT")
-	l := newLoaded(b, impls[0].bin, objects)
-
-	l.takeTurns(b, impls, rounds, objects, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, _ *scaleServer) {
+	clients := envInt("WATCHLIST_CLIENTS", 100)
+	l := newLoaded(b, "WATCHLIST", 10_000)
+	l.takeTurns(b, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, _ *scaleServer) {
 		watchListRun(ctx, b, cfg, hc, base, watchListOpts{clients: clients, warmUp: true, etcdURL: l.etcdURL,
 			version: os.Getenv("WATCHLIST_VERSION")})
 	}, func(ctx context.Context, b *testing.B) {
@@ -64,19 +62,26 @@ type loaded struct {
 	etcd    *clientv3.Client
 	etcdURL string
 	dir     string
+	// objects were loaded; impls take turns, rounds times.
+	objects, rounds int
+	impls           []serverBinary
 }
 
-// newLoaded starts an etcd and loads it through a server running bin.
-func newLoaded(b *testing.B, bin string, objects int) *loaded {
-	l := &loaded{dir: b.TempDir()}
+// newLoaded starts an etcd and loads it through the first server, as the
+// environment variables named with prefix say: <prefix>_OBJECTS objects
+// (objects unless set), for <prefix>_ROUNDS (3) rounds of the servers
+// <prefix>_IMPLS and <prefix>_ALT pick (serverBinaries).
+func newLoaded(b *testing.B, prefix string, objects int) *loaded {
+	l := &loaded{dir: b.TempDir(), objects: envInt(prefix+"_OBJECTS", objects), rounds: envInt(prefix+"_ROUNDS", 3),
+		impls: serverBinaries(b, prefix+"_IMPLS", prefix+"_ALT")}
 	l.etcdURL = startScaleEtcd(b, l.dir)
 	var err error
 	if l.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{l.etcdURL}, DialTimeout: 10 * time.Second}); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { l.etcd.Close() })
-	s, cfg := l.server(b, "load", bin)
-	load(context.Background(), b, versioned.NewForConfigOrDie(cfg), scaleSize{objects: objects, payload: 1024})
+	s, cfg := l.server(b, "load", l.impls[0].bin)
+	load(context.Background(), b, versioned.NewForConfigOrDie(cfg), scaleSize{objects: l.objects, payload: 1024})
 	s.stop(b)
 	return l
 }
@@ -89,15 +94,15 @@ func (l *loaded) server(b *testing.B, impl, bin string) (*scaleServer, *rest.Con
 	return s, waitServing(context.Background(), b, filepath.Join(l.dir, impl, "kubeconfig"))
 }
 
-// takeTurns runs each server over the loaded etcd in turn, rounds times:
-// run measures it once its cache holds every object, and after, if set,
-// cleans up once it stopped. Repeated names get go test's #01, #02
+// takeTurns runs each server over the loaded etcd in turn, for the
+// rounds: run measures it once its cache holds every object, and after, if
+// set, cleans up once it stopped. Repeated names get go test's #01, #02
 // suffixes, which benchtable reads as repeats of one scenario.
-func (l *loaded) takeTurns(b *testing.B, impls []serverBinary, rounds, objects int,
+func (l *loaded) takeTurns(b *testing.B,
 	run func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer),
 	after func(ctx context.Context, b *testing.B)) {
-	for range rounds {
-		for _, impl := range impls {
+	for range l.rounds {
+		for _, impl := range l.impls {
 			b.Run("impl="+impl.name, func(b *testing.B) {
 				for range b.N {
 					ctx, cancel := context.WithCancel(context.Background())
@@ -108,7 +113,7 @@ func (l *loaded) takeTurns(b *testing.B, impls []serverBinary, rounds, objects i
 						b.Fatal(err)
 					}
 					base := cfg.Host + "/apis/fleet.example.com/v1beta1/assignments"
-					waitCacheReady(ctx, b, hc, base, objects)
+					waitCacheReady(ctx, b, hc, base, l.objects)
 					run(ctx, b, cfg, hc, base, s)
 					s.stop(b)
 					if after != nil {

@@ -4,6 +4,7 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -176,6 +177,20 @@ func (s *testServer) etcdClient(t *testing.T) *clientv3.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// linesOf sends each line r holds, as a process prints it, and closes the
+// channel at r's end.
+func linesOf(r io.Reader) <-chan string {
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	return lines
 }
 
 // watchFromList lists, then watches from the list's resourceVersion, as an

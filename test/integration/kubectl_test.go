@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"os"
@@ -152,14 +151,7 @@ status:
 			t.Fatal(err)
 		}
 		defer func() { cancel(); _ = cmd.Wait() }()
-		lines := make(chan string, 100)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
+		lines := linesOf(stdout)
 		// The watch is established once its header (no objects yet) or a
 		// first event prints; create a marker object to learn that.
 		createMany(t, s, "watched", "marker", 1)

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"strings"
@@ -104,14 +103,7 @@ func testReplicaLoss(t *testing.T, lose func(*aggregatedServer, *testkit.Balance
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	lines := linesOf(stdout)
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 

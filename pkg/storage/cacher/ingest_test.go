@@ -87,7 +87,10 @@ func TestDecodeErrorEndsWatchers(t *testing.T) {
 
 // replayingStore repeats, on its watches with progress notification (the
 // cache's own), the events it is told to, as etcd's client does when it
-// resumes a watch on a member that is behind (etcd-io/etcd#20221).
+// resumes a watch on a member that is behind (etcd-io/etcd#20221). A
+// warm start's backfill watches the same way, and would take a replay and
+// drop it: a test waits for its cache to be ready before it writes, so
+// that the cache lists an empty etcd and has nothing to backfill.
 type replayingStore struct {
 	storage.Interface
 	// replay takes the events to repeat, in order, after the event being passed.
@@ -103,6 +106,11 @@ func (s *replayingStore) Watch(ctx context.Context, key string, opts storage.Lis
 	go func() {
 		defer close(out)
 		for {
+			// An ended watch takes no replay: with both ready, the select
+			// below would pick one at random.
+			if ctx.Err() != nil {
+				return
+			}
 			var evs []watch.Event
 			select {
 			case ev, ok := <-w.ResultChan():
@@ -138,6 +146,8 @@ func TestReplayedEventsDropped(t *testing.T) {
 	c := newTestCacher(t, func(o *setupOptions) {
 		o.wrap = func(s storage.Interface) storage.Interface { rs.Interface = s; return rs }
 	})
+	// Ready before the writes: see replayingStore.
+	waitReady(t, c.Cacher)
 	ctx := context.Background()
 	v1, v2 := &example.Pod{}, &example.Pod{}
 	if err := c.Create(ctx, "/pods/ns/a", &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}, v1, 0); err != nil {

@@ -126,7 +126,10 @@ func (h *harness) timers(n int) {
 }
 
 // blocked waits until s's consumer holds one undelivered event: the
-// watcher is sending the next.
+// watcher has sent one and may not have begun to send the next. A test
+// that moves the clock next waits for the stall's timer too: only once
+// that is set is the watcher in its send, past the pace it reads the
+// clock for; a step before that would move the pause to another event.
 func blocked(t *testing.T, s *stream) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
@@ -232,6 +235,7 @@ func TestInitialEvents(t *testing.T) {
 			h := newHarnessWith(t, InitialEventsConfig{Concurrency: 1, Turn: time.Second, Stall: time.Hour})
 			slow := h.watchList()
 			blocked(t, slow)
+			h.timers(2) // the turn's and the stall's: "b" waits for room
 			next := h.watchList()
 			h.waiting(1)
 			h.clock.Step(999 * time.Millisecond)
@@ -362,6 +366,7 @@ func TestInitialEventsYield(t *testing.T) {
 				Foreground: fg, Share: 0.5, Slice: time.Hour})
 			w := h.watchList()
 			blocked(t, w) // "a" is in the buffer, "b" waits for room
+			h.timers(2)   // the turn's and the stall's
 			h.clock.Step(tc.ran)
 			if got := receive(t, w, 1); got[0] != "a" {
 				t.Fatalf("first event %v", got)
@@ -422,6 +427,7 @@ func TestInitialEventsPace(t *testing.T) {
 			w := h.watchList()
 			// "a" is in the buffer, "b" waits for room; a slice passes.
 			blocked(t, w)
+			h.timers(2) // the turn's and the stall's
 			h.clock.Step(slice)
 			if got := receive(t, w, 1); got[0] != "a" {
 				t.Fatalf("first event %v", got)
@@ -476,6 +482,7 @@ func TestInitialEventsPauseKeepsTurn(t *testing.T) {
 		Foreground: fg, Share: 0.5, Slice: slice})
 	first := h.watchList()
 	blocked(t, first) // "a" is in the buffer, "b" waits for room
+	h.timers(2)       // the turn's and the stall's
 	next := h.watchList()
 	h.waiting(1)
 	h.clock.Step(slice)

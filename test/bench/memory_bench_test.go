@@ -15,7 +15,8 @@ import (
 // server is ready over a loaded etcd and ours has filled its history from
 // etcd's (a warm start), and again after a restart with no
 // history (--watch-cache-warm-start-revisions=0, which upstream's cache
-// always is), with the time from the new process to a served list.
+// always is), with the time from the new process to a served list, the
+// RSS, and how much of it is free heap the start's peak left behind.
 //
 // It is the cheap same-run A/B for what an object costs: the servers take
 // turns over one etcd loaded once, as in BenchmarkConcurrentLists, so a
@@ -45,6 +46,7 @@ func BenchmarkObjectMemory(b *testing.B) {
 		heap, rss = serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
 		b.ReportMetric(float64(heap)/float64(objects), "drained-heap-B/object")
 		b.ReportMetric(float64(rss)/(1<<20), "drained-rss-MiB")
+		b.ReportMetric(float64(unreturnedHeap(ctx, b, hc, cfg.Host))/(1<<20), "drained-unreturned-MiB")
 		saveHeapProfile(ctx, b, hc, cfg.Host, "MEMORY_HEAP_PROFILES", "drained-"+filepath.Base(s.bin)+".pb.gz")
 	}, nil)
 }

@@ -286,6 +286,14 @@ func serverMemory(ctx context.Context, b *testing.B, hc *http.Client, host strin
 	return heap, rss
 }
 
+// unreturnedHeap returns the heap the server's Go runtime holds free and
+// has not returned to the system (idle minus released): memory a peak
+// left, which the RSS counts and the heap in use does not.
+func unreturnedHeap(ctx context.Context, b *testing.B, hc *http.Client, host string) int64 {
+	metrics := string(get(ctx, b, hc, host+"/metrics"))
+	return int64(scrapeValue(metrics, "go_memstats_heap_idle_bytes") - scrapeValue(metrics, "go_memstats_heap_released_bytes"))
+}
+
 // waitNoEncodings waits until no cached object of ours holds encodings,
 // as cached_apiserver_watch_cache_encoded_objects says. Upstream's server
 // has no such gauge: its cache keeps no encodings once an event went out.

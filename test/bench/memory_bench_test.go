@@ -23,7 +23,7 @@ import (
 // build without one of the object's mechanisms (the interner, the page
 // packing) runs beside ours in minutes, where make bench-scale takes an
 // hour. MEMORY_HEAP_PROFILES=dir keeps each server's heap profile with no
-// history (the last round's). MEMORY_OBJECTS (100,000) sizes it; MEMORY_ROUNDS (3) repeats it;
+// history (the last round's). MEMORY_OBJECTS (100,000) and MEMORY_PAYLOAD (1024 bytes an object) size it; MEMORY_ROUNDS (3) repeats it;
 // MEMORY_IMPLS and MEMORY_ALT pick the servers as WATCHLIST_IMPLS and
 // WATCHLIST_ALT do.
 func BenchmarkObjectMemory(b *testing.B) {

@@ -69,8 +69,9 @@ type loaded struct {
 
 // newLoaded starts an etcd and loads it through the first server, as the
 // environment variables named with prefix say: <prefix>_OBJECTS objects
-// (objects unless set), for <prefix>_ROUNDS (3) rounds of the servers
-// <prefix>_IMPLS and <prefix>_ALT pick (serverBinaries).
+// (objects unless set) of a <prefix>_PAYLOAD-byte annotation (1024), for
+// <prefix>_ROUNDS (3) rounds of the servers <prefix>_IMPLS and <prefix>_ALT
+// pick (serverBinaries).
 func newLoaded(b *testing.B, prefix string, objects int) *loaded {
 	l := &loaded{dir: b.TempDir(), objects: envInt(prefix+"_OBJECTS", objects), rounds: envInt(prefix+"_ROUNDS", 3),
 		impls: serverBinaries(b, prefix+"_IMPLS", prefix+"_ALT")}
@@ -81,7 +82,7 @@ func newLoaded(b *testing.B, prefix string, objects int) *loaded {
 	}
 	b.Cleanup(func() { l.etcd.Close() })
 	s, cfg := l.server(b, "load", l.impls[0].bin)
-	load(context.Background(), b, versioned.NewForConfigOrDie(cfg), scaleSize{objects: l.objects, payload: 1024})
+	load(context.Background(), b, versioned.NewForConfigOrDie(cfg), scaleSize{objects: l.objects, payload: envInt(prefix+"_PAYLOAD", 1024)})
 	s.stop(b)
 	return l
 }

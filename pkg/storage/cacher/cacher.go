@@ -73,9 +73,10 @@ func New(cfg Config) (*Cacher, error) {
 		Metrics: c.metrics.Metrics})
 	c.src = source.New(source.Config{Store: cfg.Storage, ResourcePrefix: cfg.ResourcePrefix,
 		GroupResource: cfg.GroupResource, NewListFunc: cfg.NewListFunc, Versioner: cfg.Versioner, Build: c.build,
-		Keys: cfg.KeyReader, ListPageSize: cfg.listPageSize, WarmStartRevisions: cfg.WarmStartRevisions,
-		ConsistencyCheckInterval: cfg.ConsistencyCheckInterval, FreshnessTimeout: cfg.FreshnessTimeout,
-		ProgressRequestInterval: cfg.ProgressRequestInterval, Connections: cfg.Connections, Clock: cfg.Clock,
+		Keys: cfg.KeyReader, ListPageSize: cfg.listPageSize, ListPageBytes: cfg.listPageBytes,
+		WarmStartRevisions: cfg.WarmStartRevisions, ConsistencyCheckInterval: cfg.ConsistencyCheckInterval,
+		FreshnessTimeout: cfg.FreshnessTimeout, ProgressRequestInterval: cfg.ProgressRequestInterval,
+		Connections: cfg.Connections, Clock: cfg.Clock,
 		Sink: c.d, Objects: c.store, History: c.log, Ready: c.ready, Metrics: c.metrics.source})
 	if err := cfg.Storage.EnableResourceSizeEstimation(c.keys); err != nil {
 		return nil, fmt.Errorf("enabling size estimation for %s: %w", cfg.GroupResource, err)

@@ -180,8 +180,10 @@ type Config struct {
 	Clock clock.WithTicker
 
 	// listPageSize is the page size of the cache's own lists from the
-	// store; tests make it small. Default listPageSize.
-	listPageSize int64
+	// store, and listPageBytes the bytes of a page read at once; tests
+	// make them small. Defaults source.ListPageSize and
+	// source.ListPageBytes.
+	listPageSize, listPageBytes int64
 }
 
 func (c *Config) complete() error {

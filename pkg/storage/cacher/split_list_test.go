@@ -3,11 +3,15 @@ package cacher
 import (
 	"context"
 	"fmt"
+	goruntime "runtime"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
 	testingclock "k8s.io/utils/clock/testing"
@@ -24,20 +28,46 @@ func (k *countingKeys) ReadKeys(ctx context.Context, rev int64, fn func(string, 
 	return k.KeyReader.ReadKeys(ctx, rev, fn)
 }
 
+// pageLimits records the limit of every page a cache reads after its
+// first, from a continue token.
+type pageLimits struct {
+	storage.Interface
+	// mu guards limits.
+	mu     sync.Mutex
+	limits []int64
+}
+
+func (p *pageLimits) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	if opts.Predicate.Continue != "" {
+		p.mu.Lock()
+		p.limits = append(p.limits, opts.Predicate.Limit)
+		p.mu.Unlock()
+	}
+	return p.Interface.GetList(ctx, key, opts, listObj)
+}
+
 // TestListSplit restarts a cache over pods in pages of 3: with a
 // KeyReader the pages after the first are read at once from where the keys
 // say they start; without one, one after another. Either way the cache
-// holds exactly etcd's state, in key order, at one revision.
+// holds exactly etcd's state, in key order, at one revision. Pages read at
+// once are smaller where the first page's objects say that 3 would hold
+// more than listPageBytes.
 func TestListSplit(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		pods      int
 		keyReader bool
 		keyReads  int64
+		// pageBytes is listPageBytes, if set; then every page after the
+		// first holds one object. Without it they hold up to 3, fewer
+		// where the process has enough CPUs to read each at once.
+		pageBytes int64
 	}{
 		{name: "one page", pods: 3, keyReader: true, keyReads: 0},
 		{name: "pages read at once", pods: 10, keyReader: true, keyReads: 1},
 		{name: "whole pages read at once", pods: 9, keyReader: true, keyReads: 1},
+		// Enough pods that without the bound each page would hold 2.
+		{name: "pages bounded by their bytes", pods: 3 + 2*goruntime.GOMAXPROCS(0), keyReader: true, keyReads: 1, pageBytes: 1},
 		{name: "pages one after another", pods: 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,8 +84,11 @@ func TestListSplit(t *testing.T) {
 				}
 			}
 			var keys *countingKeys
+			pages := &pageLimits{}
 			restarted := restartCache(t, c, func(cfg *Config) {
-				cfg.listPageSize = 3
+				pages.Interface = cfg.Storage
+				cfg.Storage = pages
+				cfg.listPageSize, cfg.listPageBytes = 3, tc.pageBytes
 				cfg.WarmStartRevisions = -1 // no backfill, which lists again
 				if cfg.KeyReader != nil {
 					keys = &countingKeys{KeyReader: cfg.KeyReader}
@@ -65,6 +98,15 @@ func TestListSplit(t *testing.T) {
 			if keys != nil && keys.reads.Load() != tc.keyReads {
 				t.Errorf("read the keys %d times, want %d", keys.reads.Load(), tc.keyReads)
 			}
+			pages.mu.Lock()
+			most := int64(3)
+			if tc.pageBytes > 0 {
+				most = 1
+			}
+			if len(pages.limits) == 0 && tc.pods > 3 || slices.Max(append(pages.limits, 1)) > most {
+				t.Errorf("pages after the first of %v objects, want %d at most", pages.limits, most)
+			}
+			pages.mu.Unlock()
 			got, want := &example.PodList{}, &example.PodList{}
 			if err := restarted.GetList(ctx, "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything}, got); err != nil {
 				t.Fatal(err)

@@ -76,8 +76,10 @@ type Config struct {
 	// Keys, if set, reads the resource's keys without values: lists are
 	// then read in pages at once, and the consistency check runs.
 	Keys KeyReader
-	// ListPageSize bounds the pages of the source's lists.
-	ListPageSize int64
+	// ListPageSize bounds the pages of the source's lists, and
+	// ListPageBytes the bytes of the objects in each page after the first
+	// (split.go); 0 is ListPageBytes' default.
+	ListPageSize, ListPageBytes int64
 	// WarmStartRevisions is how far back a warm start fills the history;
 	// 0 or less does not (backfill.go).
 	WarmStartRevisions int64

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	goruntime "runtime"
@@ -14,7 +15,8 @@ import (
 // listSplit reads every object after key after at revision rev (with
 // share, as listAt), in pages
 // read at once by as many goroutines as the process has CPUs: at least
-// one page per CPU, and pages of at most Config.ListPageSize. The keys,
+// one page per CPU, and pages of at most Config.ListPageSize objects and,
+// for objects of size bytes on average, of Config.ListPageBytes. The keys,
 // read first without their values (Config.Keys), tell where each page
 // starts; each page is a list from the underlying store with a continue
 // token made for its first key.
@@ -23,7 +25,7 @@ import (
 // is most of a start: 4.5 of 6 s at 100,000 objects of 1 KiB, read page
 // after page on one core while the others waited. Upstream's reflector
 // reads its pages one after another.
-func (s *Source) listSplit(ctx context.Context, opts storage.ListOptions, rev uint64, after string, share bool) ([]*object.Object, error) {
+func (s *Source) listSplit(ctx context.Context, opts storage.ListOptions, rev uint64, after string, size int, share bool) ([]*object.Object, error) {
 	var keys []string
 	if _, err := s.cfg.Keys.ReadKeys(ctx, int64(rev), func(key string, _ int64) {
 		if key > after {
@@ -33,7 +35,8 @@ func (s *Source) listSplit(ctx context.Context, opts storage.ListOptions, rev ui
 		return nil, fmt.Errorf("listing %s's keys: %w", s.cfg.GroupResource, err)
 	}
 	cpus := goruntime.GOMAXPROCS(0)
-	per := max(1, min(int(s.cfg.ListPageSize), (len(keys)+cpus-1)/cpus))
+	pageBytes := cmp.Or(s.cfg.ListPageBytes, ListPageBytes)
+	per := max(1, min(int(s.cfg.ListPageSize), int(pageBytes)/size, (len(keys)+cpus-1)/cpus))
 	opts.Predicate.Limit = int64(per)
 	var starts []string
 	for i := 0; i < len(keys); i += per {

@@ -216,6 +216,7 @@ func (c *Config) complete() error {
 	setDefault(&c.ConsistencyCheckInterval, DefaultConsistencyCheckInterval)
 	setDefault(&c.WarmStartRevisions, DefaultWarmStartRevisions)
 	setDefault(&c.listPageSize, source.ListPageSize)
+	setDefault(&c.listPageBytes, source.ListPageBytes)
 	if c.MaxHistorySize < c.MinHistorySize {
 		c.MaxHistorySize = c.MinHistorySize
 	}

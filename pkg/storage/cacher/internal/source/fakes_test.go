@@ -273,8 +273,8 @@ func newHarness(etcd *fakeEtcd, keys KeyReader) *harness {
 		clk: testingclock.NewFakeClock(time.Now())}
 	h.src = New(Config{Store: etcd, ResourcePrefix: "/pods/", GroupResource: schema.GroupResource{Resource: "pods"},
 		NewListFunc: func() runtime.Object { return &example.PodList{} }, Versioner: storage.APIObjectVersioner{},
-		Build: objecttest.Pods, Keys: keys, ListPageSize: ListPageSize, FreshnessTimeout: time.Second,
-		ProgressRequestInterval: time.Hour, Clock: h.clk,
+		Build: objecttest.Pods, Keys: keys, ListPageSize: ListPageSize, ListPageBytes: ListPageBytes,
+		FreshnessTimeout: time.Second, ProgressRequestInterval: time.Hour, Clock: h.clk,
 		Sink: h.cache, Objects: h.cache, History: h.cache, Ready: h.ready, Metrics: h.n.metrics()})
 	return h
 }

@@ -78,7 +78,7 @@ type Config struct {
 	Keys KeyReader
 	// ListPageSize bounds the pages of the source's lists, and
 	// ListPageBytes the bytes of the objects in each page after the first
-	// (split.go); 0 is ListPageBytes' default.
+	// (split.go).
 	ListPageSize, ListPageBytes int64
 	// WarmStartRevisions is how far back a warm start fills the history;
 	// 0 or less does not (backfill.go).

@@ -1,7 +1,6 @@
 package source
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	goruntime "runtime"
@@ -35,8 +34,7 @@ func (s *Source) listSplit(ctx context.Context, opts storage.ListOptions, rev ui
 		return nil, fmt.Errorf("listing %s's keys: %w", s.cfg.GroupResource, err)
 	}
 	cpus := goruntime.GOMAXPROCS(0)
-	pageBytes := cmp.Or(s.cfg.ListPageBytes, ListPageBytes)
-	per := max(1, min(int(s.cfg.ListPageSize), int(pageBytes)/size, (len(keys)+cpus-1)/cpus))
+	per := max(1, min(int(s.cfg.ListPageSize), int(s.cfg.ListPageBytes)/size, (len(keys)+cpus-1)/cpus))
 	opts.Predicate.Limit = int64(per)
 	var starts []string
 	for i := 0; i < len(keys); i += per {

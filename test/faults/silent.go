@@ -10,7 +10,9 @@ import (
 
 // silentBound is issue 28's bound for a member gone silent: our streams
 // deliver again within 12 s of the blackhole starting. The cache finds its
-// watch silent within 8 s (pkg/storage/cacher/silence.go), closes the
+// watch silent within 8 s, 9 if the member does not answer the revision
+// read that tells a silent watch from an idle etcd
+// (pkg/storage/cacher/internal/source/silence.go), closes the
 // quiet connections and re-watches through a member that answers.
 const silentBound = 12 * time.Second
 

@@ -34,6 +34,8 @@ type faultyStore struct {
 	currentRevErr atomic.Pointer[error]
 	// startSilent makes every new watch silent from its start.
 	startSilent atomic.Bool
+	// revReads counts GetCurrentResourceVersion calls.
+	revReads atomic.Int64
 
 	// mu guards watches.
 	mu      sync.Mutex
@@ -55,6 +57,7 @@ func (s *faultyStore) Watch(ctx context.Context, key string, opts storage.ListOp
 }
 
 func (s *faultyStore) GetCurrentResourceVersion(ctx context.Context) (uint64, error) {
+	s.revReads.Add(1)
 	if err := s.currentRevErr.Load(); err != nil {
 		return 0, *err
 	}
@@ -129,6 +132,21 @@ func errorEvent(err error) *watch.Event {
 	return &watch.Event{Type: watch.Error, Object: &status}
 }
 
+// newFaultyCacher returns a ready cache over a faultyStore, on a fake
+// clock, with its quiet connections dropped through a fakeConnections.
+func newFaultyCacher(t *testing.T) (*testCacher, *faultyStore, *fakeConnections, *testingclock.FakeClock) {
+	t.Helper()
+	clk := testingclock.NewFakeClock(time.Now())
+	store := &faultyStore{}
+	conns := &fakeConnections{}
+	c := newTestCacher(t, func(o *setupOptions) {
+		o.wrap = func(s storage.Interface) storage.Interface { store.Interface = s; return store }
+		o.config = func(cfg *Config) { cfg.Clock = clk; cfg.Connections = conns }
+	})
+	waitReady(t, c.Cacher)
+	return c, store, conns, clk
+}
+
 // TestEtcdWatchFailures checks what the cache does when its etcd watch
 // ends. Every failure that loses no history must cost watchers nothing:
 // the cache re-watches from its head and they get every event, in order,
@@ -173,14 +191,7 @@ func TestEtcdWatchFailures(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			clk := testingclock.NewFakeClock(time.Now())
-			store := &faultyStore{}
-			conns := &fakeConnections{}
-			c := newTestCacher(t, func(o *setupOptions) {
-				o.wrap = func(s storage.Interface) storage.Interface { store.Interface = s; return store }
-				o.config = func(cfg *Config) { cfg.Clock = clk; cfg.Connections = conns }
-			})
-			waitReady(t, c.Cacher)
+			c, store, conns, clk := newFaultyCacher(t)
 			restarts := etcdWatchRestarts.WithLabelValues("", "pods", tc.reason)
 			relists := relistsCounter.WithLabelValues("", "pods", tc.reason)
 			gaps := etcdWatchGap.WithLabelValues("", "pods")
@@ -239,6 +250,40 @@ func TestEtcdWatchFailures(t *testing.T) {
 			expectNames(t, w, "e")
 		})
 	}
+}
+
+// TestIdleEtcdWatchStaysOpen checks that the cache's watch of an etcd with
+// no writes is not found silent. etcd does not answer a progress request
+// while its revision is below a watch's start, and the cache's watch
+// starts one past the revision it listed at: on an idle etcd its progress
+// requests go unanswered. The cache found it silent every 8 s, re-watched,
+// and closed its connections to etcd each time. It now asks etcd's
+// revision first, and keeps the watch when etcd has nothing newer.
+func TestIdleEtcdWatchStaysOpen(t *testing.T) {
+	c, store, conns, clk := newFaultyCacher(t)
+	restarts := etcdWatchRestarts.WithLabelValues("", "pods", source.EndSilent)
+	restartsBefore, _ := testutil.GetCounterMetricValue(restarts)
+
+	// Three progress request intervals with no write: the cache asks
+	// etcd's revision after each unanswered request.
+	testkit.StepUntil(t, clk, func() bool { return store.revReads.Load() >= 3 })
+	if n := store.count(); n != 1 {
+		t.Errorf("the cache opened %d etcd watches over an idle etcd, want 1", n)
+	}
+	if quiets := conns.calls(); len(quiets) > 0 {
+		t.Errorf("DropQuiet called with %v over an idle etcd, want no call", quiets)
+	}
+	if restarted, _ := testutil.GetCounterMetricValue(restarts); restarted != restartsBefore {
+		t.Errorf("etcd_watch_restarts_total{reason=silent} = %v, want %v", restarted, restartsBefore)
+	}
+	// The watch kept still works.
+	w, err := c.Watch(context.Background(), "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	createPod(t, c, "a")
+	expectNames(t, w, "a")
 }
 
 // fakeConnections records what the cache asks its ConnectionDropper.

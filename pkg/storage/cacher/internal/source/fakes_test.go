@@ -83,7 +83,13 @@ func (e *fakeEtcd) Watch(_ context.Context, _ string, opts storage.ListOptions) 
 }
 
 func (e *fakeEtcd) RequestWatchProgress(context.Context) error { return nil }
-func (e *fakeEtcd) CompactRevision() int64                     { return 0 }
+
+func (e *fakeEtcd) GetCurrentResourceVersion(context.Context) (uint64, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.rev, nil
+}
+func (e *fakeEtcd) CompactRevision() int64 { return 0 }
 
 // next returns the next watch the source opens.
 func (e *fakeEtcd) next(t *testing.T) openedWatch {

@@ -61,7 +61,7 @@ func (f *follower) follow(ctx context.Context, rv uint64, relist <-chan string, 
 	backoff := rewatchBackoff()
 	for {
 		progressed := false
-		end := f.watch(ctx, rv, relist, handle, func(watch.Event) {
+		end := f.watch(ctx, rv, relist, handle, func() {
 			if !progressed {
 				progressed = true
 				f.outage.restored()
@@ -128,8 +128,9 @@ func rewatchBackoff() *wait.Backoff {
 
 // watch follows etcd from rv, passing every event to handle, until the
 // watch or handle ends it, or a re-list is requested on relist. alive is
-// called on every event and progress notification.
-func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, handle Handler, alive func(watch.Event)) End {
+// called on every event and progress notification, and whenever etcd
+// confirms it holds nothing newer than the cache.
+func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, handle Handler, alive func()) End {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := f.cfg.Store.Watch(wctx, f.cfg.ResourcePrefix, storage.ListOptions{
@@ -168,6 +169,11 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, h
 			if ask {
 				f.requestProgress(time.Second)
 			}
+			if silent && f.idle() {
+				check.idle(now)
+				alive()
+				continue
+			}
 			if silent {
 				return f.silent(check.quiet(now))
 			}
@@ -179,9 +185,30 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, h
 			if end, stop := handle(ev); stop {
 				return end
 			}
-			alive(ev)
+			alive()
 		}
 	}
+}
+
+// idle reports whether etcd holds nothing newer than the cache's head, so
+// that a watch that did not answer a progress request had nothing to say.
+// etcd answers a progress request only once its revision has reached the
+// start of every watch on the stream (progressIfSync in its watchable
+// store). A watch opened at the head of an idle etcd starts one past its
+// revision, and hears nothing, not even an answer, until the next write:
+// without this, an idle cache found its watch silent every 8 s, and closed
+// its connections to etcd each time. A silent member still fails this: it
+// does not answer, or another member has the write the watch did not
+// deliver.
+func (f *follower) idle() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rev, err := f.cfg.Store.GetCurrentResourceVersion(ctx)
+	if err != nil {
+		klog.V(4).InfoS("Reading etcd's revision for a quiet watch failed", "resource", f.cfg.GroupResource, "err", err)
+		return false
+	}
+	return rev <= f.head()
 }
 
 // silent ends a watch that heard nothing for quiet. A watch re-opened on

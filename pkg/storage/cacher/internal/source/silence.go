@@ -17,7 +17,8 @@ const silenceTicks = 5
 // silence tells a silent etcd watch from an idle one. A watch that heard
 // nothing, no event and no progress notification, for a progress request
 // interval is asked for progress; one that still hears nothing two ticks
-// later is silent. With the default 5 s interval that is at most 8 s after
+// later is silent, unless etcd confirms it has nothing newer for it
+// (follower.idle). With the default 5 s interval that is at most 8 s after
 // the last thing it heard (an interval, one tick for noticing the last
 // event, two for the answer), within issue 28's 12 s for a member gone
 // silent. etcd answers a progress request on a healthy stream within
@@ -59,6 +60,11 @@ func (s *silence) tick(now time.Time, heard bool) (ask, silent bool) {
 	}
 	return false, false
 }
+
+// idle restarts the count after etcd confirmed, at now, that the watch had
+// nothing to hear: a quiet watch of an idle etcd is asked again an
+// interval later.
+func (s *silence) idle(now time.Time) { s.lastHeard, s.askedAt = now, time.Time{} }
 
 // quiet is how long the watch has heard nothing, as of now.
 func (s *silence) quiet(now time.Time) time.Duration { return now.Sub(s.lastHeard) }

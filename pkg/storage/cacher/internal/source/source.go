@@ -31,6 +31,7 @@ type Store interface {
 	GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error
 	Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error)
 	RequestWatchProgress(ctx context.Context) error
+	GetCurrentResourceVersion(ctx context.Context) (uint64, error)
 	CompactRevision() int64
 }
 

@@ -286,6 +286,30 @@ func TestIdleEtcdWatchStaysOpen(t *testing.T) {
 	expectNames(t, w, "a")
 }
 
+// TestIdleEtcdRewatchEndsOutage checks that a watch re-opened over an
+// idle etcd ends the outage a tick after it opens, once etcd confirms it
+// has nothing newer, not an interval later when the silence check would.
+func TestIdleEtcdRewatchEndsOutage(t *testing.T) {
+	c, store, _, clk := newFaultyCacher(t)
+	gaps := etcdWatchGap.WithLabelValues("", "pods")
+	gapsBefore, _ := testutil.GetHistogramMetricCount(gaps)
+	sumBefore, _ := testutil.GetHistogramMetricValue(gaps)
+
+	store.last().fail <- nil // closed, with no write before or after
+	testkit.StepUntil(t, clk, func() bool {
+		n, _ := testutil.GetHistogramMetricCount(gaps)
+		return store.count() > 1 && n > gapsBefore
+	})
+	sum, _ := testutil.GetHistogramMetricValue(gaps)
+	// The re-watch waits 25 ms, and the first tick comes a second after it.
+	if gap := time.Duration((sum - sumBefore) * float64(time.Second)); gap > 2*time.Second {
+		t.Errorf("the outage lasted %v on the fake clock, want at most 2s: it ended only with the silence check", gap)
+	}
+	if err := c.ReadinessCheck(); err != nil {
+		t.Errorf("cache not ready after re-watching: %v", err)
+	}
+}
+
 // fakeConnections records what the cache asks its ConnectionDropper.
 type fakeConnections struct {
 	// mu guards quiets.

@@ -156,7 +156,7 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, h
 	check := newSilence(f.cfg.ProgressRequestInterval, f.cfg.Clock.Now())
 	ticks := f.cfg.Clock.NewTicker(check.period())
 	defer ticks.Stop()
-	heard := false
+	heard, first := false, true
 	for {
 		select {
 		case <-ctx.Done():
@@ -164,6 +164,13 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, h
 		case reason := <-relist:
 			return End{Reason: reason, Relist: true, Err: errRelistRequested}
 		case now := <-ticks.C():
+			if first && !heard && f.idle() {
+				// An idle etcd leaves the request above unanswered (see
+				// idle): the outage ends when etcd confirms there is
+				// nothing to hear, not an interval later.
+				alive()
+			}
+			first = false
 			ask, silent := check.tick(now, heard)
 			heard = false
 			if ask {

@@ -222,13 +222,15 @@ func testNamespaceLifecycle(t *testing.T, cp *controlPlane) {
 	if err := cp.Kube.CoreV1().Namespaces().Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Our server learns of it through its namespace informer.
+	// Our server learns of it through its namespace informer, as
+	// kube-apiserver's own NamespaceLifecycle admission does: a create in
+	// the informer's lag succeeds there too (once CI saw it), and the
+	// namespace controller deletes it with the namespace. Once the
+	// informer has the deletion, every create is refused; until then a
+	// repeated create of the same name gets 409.
 	var last error
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, controlPlaneWait(), true, func(context.Context) (bool, error) {
 		_, last = cp.Front.Client.FleetV1beta1().Assignments("doomed").Create(ctx, assignment("after", "agent-1", 0), metav1.CreateOptions{})
-		if last == nil {
-			t.Fatalf("created an assignment in a terminating namespace")
-		}
 		return apierrors.IsForbidden(last), nil
 	})
 	if err != nil {

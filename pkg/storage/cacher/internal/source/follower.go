@@ -253,7 +253,7 @@ func (o *outage) lost(end End) {
 		return // Run logs the re-list.
 	}
 	klog.InfoS("Watch cache lost its etcd watch; re-watching from its head while watchers stay open",
-		"resource", f.cfg.GroupResource, "reason", end.Reason, "err", end.Err)
+		"resource", f.cfg.GroupResource, "reason", end.Reason, "head", f.head(), "err", end.Err)
 }
 
 // restored ends an outage, if one is under way.

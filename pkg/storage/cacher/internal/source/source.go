@@ -131,6 +131,10 @@ type Source struct {
 	relist chan string
 	// backfill is the latest warm start's history fill, if any.
 	backfill atomic.Pointer[backfill]
+	// lastEvent is the resourceVersion of the newest event the watch
+	// delivered, or of the list it follows from. Only Run's goroutine
+	// uses it: see ingest's check of etcd's order.
+	lastEvent uint64
 }
 
 // New returns a Source for cfg; Run starts it.
@@ -181,6 +185,7 @@ func (s *Source) Run(ctx context.Context) {
 				s.startBackfill(listCtx, rv)
 			}
 			s.cfg.Ready.Set(Ready)
+			s.lastEvent = rv
 			end = s.f.follow(listCtx, rv, s.relist, s.handle)
 			cancel()
 		}

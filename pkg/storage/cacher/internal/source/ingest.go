@@ -34,7 +34,7 @@ func (s *Source) replayed(o, prev *object.Object) bool {
 // says, next time, whether this is how. It changes nothing.
 func (s *Source) checkOrder(o *object.Object, typ watch.EventType) {
 	head := s.head()
-	if o.RV > s.lastEvent && o.RV <= head && head > s.lastEvent {
+	if o.RV > s.lastEvent && o.RV <= head {
 		klog.InfoS("etcd delivered an event after a progress notification past it", "resource", s.cfg.GroupResource,
 			"key", o.Key, "type", typ, "resourceVersion", o.RV, "lastEvent", s.lastEvent, "head", head)
 	}

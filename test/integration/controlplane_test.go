@@ -243,6 +243,10 @@ func testNamespaceLifecycle(t *testing.T, cp *controlPlane) {
 	if !strings.Contains(status.Message, "because it is being terminated") {
 		t.Errorf("403 message %q does not say the namespace is being terminated", status.Message)
 	}
+	// Once refused, every create is: the informer does not forget.
+	if _, err := cp.Front.Client.FleetV1beta1().Assignments("doomed").Create(ctx, assignment("later", "agent-1", 0), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("a create after the 403 in a terminating namespace: want 403, got %v", err)
+	}
 }
 
 // testValidatingAdmissionPolicy creates a CEL policy in the cluster, which

@@ -208,9 +208,12 @@ func (c *Cacher) Stats(ctx context.Context) (storage.Stats, error) { return c.cf
 // ReadinessCheck implements storage.Interface.
 func (c *Cacher) ReadinessCheck() error { return c.ready.Check(c.what()) }
 
-// RequestWatchProgress implements storage.Interface.
-func (c *Cacher) RequestWatchProgress(ctx context.Context) error {
-	return c.cfg.Storage.RequestWatchProgress(ctx)
+// RequestWatchProgress implements storage.Interface: the cache's etcd watch
+// asks for a progress notification. The caller's context cannot name the
+// watch's stream, which is the watch's own.
+func (c *Cacher) RequestWatchProgress(context.Context) error {
+	c.requestProgress()
+	return nil
 }
 
 // GetCurrentResourceVersion implements storage.Interface.

@@ -64,6 +64,21 @@ func (s *faultyStore) GetCurrentResourceVersion(ctx context.Context) (uint64, er
 	return s.Interface.GetCurrentResourceVersion(ctx)
 }
 
+// open returns how many of the watches the cache opened it has not stopped.
+func (s *faultyStore) open() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, w := range s.watches {
+		select {
+		case <-w.done:
+		default:
+			n++
+		}
+	}
+	return n
+}
+
 // count returns how many watches the cache opened.
 func (s *faultyStore) count() int {
 	s.mu.Lock()
@@ -138,7 +153,7 @@ func newFaultyCacher(t *testing.T) (*testCacher, *faultyStore, *fakeConnections,
 	t.Helper()
 	clk := testingclock.NewFakeClock(time.Now())
 	store := &faultyStore{}
-	conns := &fakeConnections{}
+	conns := &fakeConnections{open: store.open}
 	c := newTestCacher(t, func(o *setupOptions) {
 		o.wrap = func(s storage.Interface) storage.Interface { store.Interface = s; return store }
 		o.config = func(cfg *Config) { cfg.Clock = clk; cfg.Connections = conns }
@@ -231,6 +246,11 @@ func TestEtcdWatchFailures(t *testing.T) {
 				if len(quiets) != 1 || quiets[0] < DefaultProgressRequestInterval || quiets[0] > 8*time.Second {
 					t.Errorf("DropQuiet called with %v, want once with a quiet of 5–8 s", quiets)
 				}
+				// Dropped as the silent watch ends, etcd's client could
+				// re-create it on a new connection and leave it there.
+				if open := conns.openWatches(); len(open) != 1 || open[0] != 0 {
+					t.Errorf("DropQuiet called with %v etcd watches open, want once with none: after the silent one ended", open)
+				}
 			} else if len(quiets) > 0 {
 				t.Errorf("DropQuiet called with %v after %s, want no call", quiets, tc.name)
 			}
@@ -312,16 +332,29 @@ func TestIdleEtcdRewatchEndsOutage(t *testing.T) {
 
 // fakeConnections records what the cache asks its ConnectionDropper.
 type fakeConnections struct {
-	// mu guards quiets.
+	// open, if set, counts the etcd watches open.
+	open func() int
+	// mu guards quiets and openAtDrop.
 	mu     sync.Mutex
 	quiets []time.Duration
+	// openAtDrop is how many etcd watches were open at each call.
+	openAtDrop []int
 }
 
 func (f *fakeConnections) DropQuiet(quiet time.Duration) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.quiets = append(f.quiets, quiet)
+	if f.open != nil {
+		f.openAtDrop = append(f.openAtDrop, f.open())
+	}
 	return 1
+}
+
+func (f *fakeConnections) openWatches() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.openAtDrop)
 }
 
 func (f *fakeConnections) calls() []time.Duration {

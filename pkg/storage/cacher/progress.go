@@ -36,6 +36,6 @@ func (c *Cacher) tick(ctx context.Context) {
 	}
 }
 
-// requestProgress asks etcd for a progress notification on the cache's
-// watch, giving up after a progress request interval.
-func (c *Cacher) requestProgress() { c.src.RequestProgress(c.cfg.ProgressRequestInterval) }
+// requestProgress has the cache's etcd watch ask for a progress
+// notification, without waiting.
+func (c *Cacher) requestProgress() { c.src.RequestProgress() }

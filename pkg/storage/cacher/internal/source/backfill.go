@@ -163,7 +163,7 @@ func (s *Source) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 		}
 		return End{}, false
 	}
-	end := s.f.watch(ctx, from, nil, handle, func() {})
+	end := s.f.watch(ctx, from, nil, nil, handle, func() {})
 	if !errors.Is(end.Err, errBackfilled) {
 		return nil, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, end)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,6 +46,9 @@ type End struct {
 	Relist bool
 	// Err is what ended the watch.
 	Err error
+	// Quiet, for a silent watch, is how long it heard nothing: the
+	// connections to etcd as quiet are closed before the next watch.
+	Quiet time.Duration
 }
 
 func (e End) Error() string { return fmt.Sprintf("%s: %v", e.Reason, e.Err) }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/metadata"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -40,11 +41,22 @@ type fakeEtcd struct {
 	// watches receives each watch opened, with the resourceVersion it
 	// starts after.
 	watches chan openedWatch
+	// progress holds the stream of each progress request, in order.
+	progress []string
 }
 
 type openedWatch struct {
 	w  *watch.FakeWatcher
 	rv string
+	// stream names the gRPC stream etcd's client would put the watch on.
+	stream string
+}
+
+// streamOf is the stream etcd's client puts a watch or a progress request
+// with ctx on: its outgoing metadata.
+func streamOf(ctx context.Context) string {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	return fmt.Sprint(md)
 }
 
 func newFakeEtcd(rev uint64, pods ...*example.Pod) *fakeEtcd {
@@ -76,13 +88,25 @@ func (e *fakeEtcd) GetList(_ context.Context, _ string, opts storage.ListOptions
 	return nil
 }
 
-func (e *fakeEtcd) Watch(_ context.Context, _ string, opts storage.ListOptions) (watch.Interface, error) {
+func (e *fakeEtcd) Watch(ctx context.Context, _ string, opts storage.ListOptions) (watch.Interface, error) {
 	w := watch.NewFakeWithChanSize(10, false)
-	e.watches <- openedWatch{w: w, rv: opts.ResourceVersion}
+	e.watches <- openedWatch{w: w, rv: opts.ResourceVersion, stream: streamOf(ctx)}
 	return w, nil
 }
 
-func (e *fakeEtcd) RequestWatchProgress(context.Context) error { return nil }
+func (e *fakeEtcd) RequestWatchProgress(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.progress = append(e.progress, streamOf(ctx))
+	return nil
+}
+
+// progressRequests returns the stream of each progress request so far.
+func (e *fakeEtcd) progressRequests() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.progress...)
+}
 
 func (e *fakeEtcd) GetCurrentResourceVersion(context.Context) (uint64, error) {
 	e.mu.Lock()

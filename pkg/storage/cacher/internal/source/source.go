@@ -241,7 +241,7 @@ func (s *Source) requestRelist(reason string) {
 // returns err.
 func (s *Source) Answered(err error) error { return s.f.answer(err) }
 
-// RequestProgress asks etcd for a progress notification on the cache's
-// watch, giving up after timeout: a stalled connection must not stall the
-// caller.
-func (s *Source) RequestProgress(timeout time.Duration) { s.f.requestProgress(timeout) }
+// RequestProgress has the cache's etcd watch ask etcd for a progress
+// notification, on the watch's own stream. It does not wait: requests made
+// while one is pending are one request.
+func (s *Source) RequestProgress() { s.f.askProgress() }

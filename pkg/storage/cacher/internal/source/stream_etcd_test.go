@@ -23,10 +23,12 @@ import (
 // revision before the event at it; a watch on a stream of its own never
 // does.
 func TestOwnStreamHearsNoEarlyProgress(t *testing.T) {
-	_, url, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), Throwaway: true})
+	e, url, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), Throwaway: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Stopped before its directory is removed (cleanups run last first).
+	t.Cleanup(e.Close)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

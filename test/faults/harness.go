@@ -99,10 +99,11 @@ func (e *env) notef(format string, args ...any) {
 }
 
 // startProbe opens a probe watch from the old resourceVersion.
-// Its client's connection closes when it is done, so that the soak's
-// leak check does not count the probes' idle connections.
+// Its connection closes when it is done, so that the soak's leak check
+// does not count the probes' idle connections: the server would close them
+// only after its idle timeout (90 s).
 func (e *env) startProbe(n int) {
-	client := e.newClient(e.clientsTo)
+	client, closeConns := e.newProbeClient()
 	s := newStream(watchSpec{name: fmt.Sprintf("probe-%d", n), probeFrom: e.oldRV}, client, e.lists, e.writer.acked.Load)
 	e.probesMu.Lock()
 	e.probes = append(e.probes, s)
@@ -110,11 +111,36 @@ func (e *env) startProbe(n int) {
 	e.clientWG.Add(1)
 	go func() {
 		defer e.clientWG.Done()
+		defer closeConns()
 		s.run(e.clientCtx)
-		if rc, ok := client.FleetV1beta1().RESTClient().(*rest.RESTClient); ok && rc.Client != nil {
-			rc.Client.CloseIdleConnections()
-		}
 	}()
+}
+
+// newProbeClient is newClient for a probe, with a function that closes
+// every connection it dialed. Closing idle connections through the
+// client is not enough: the stream a probe just stopped may not yet have
+// left its connection.
+func (e *env) newProbeClient() (versioned.Interface, func()) {
+	cfg := e.clientConfig(e.clientsTo)
+	var mu sync.Mutex // guards conns
+	var conns []net.Conn
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err == nil {
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+		return c, err
+	}
+	return versioned.NewForConfigOrDie(cfg), func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
 }
 
 // hold waits for d, the length of a fault, unless ctx ends first.
@@ -140,15 +166,21 @@ const viaBalancer = -1
 // connection of its own: client-go shares one HTTP/2 connection per
 // transport, and a balancer spreads connections, not requests.
 func (e *env) newClient(target int) versioned.Interface {
+	cfg := e.clientConfig(target)
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	cfg.Dial = dialer.DialContext // a distinct dialer is a distinct transport
+	return versioned.NewForConfigOrDie(cfg)
+}
+
+// clientConfig is the admin's config for replica target, or the balancer.
+func (e *env) clientConfig(target int) *rest.Config {
 	cfg := rest.CopyConfig(e.servers[0].config)
 	if target == viaBalancer && e.balancer != nil {
 		cfg.Host = "https://" + e.balancer.Addr()
 	} else {
 		cfg.Host = e.servers[max(target, 0)].config.Host
 	}
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	cfg.Dial = dialer.DialContext // a distinct dialer is a distinct transport
-	return versioned.NewForConfigOrDie(cfg)
+	return cfg
 }
 
 // streamSpecs are the raw watch clients of a run: in each 50, streams over

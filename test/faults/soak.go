@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -66,6 +68,11 @@ type soakResult struct {
 // samples, since goroutines and heap come and go with the traffic.
 type processSample struct {
 	goroutines, fds, heap float64
+	// allocHeap is go_memstats_heap_alloc_bytes, reported beside heap.
+	allocHeap float64
+	// stacks counts the goroutines by stack, from the last sample, to
+	// say where goroutines grew.
+	stacks map[string]int
 }
 
 // soakWarmUp is how long the soak runs traffic before it samples its
@@ -131,9 +138,12 @@ func soak(seed uint64, soakFor time.Duration) func(context.Context, *env) error 
 		if res.after, err = e.sampleProcess(ctx); err != nil {
 			return err
 		}
-		e.notef("soak: %d faults; goroutines %.0f → %.0f, open fds %.0f → %.0f, heap %.1f → %.1f MiB",
+		e.notef("soak: %d faults; goroutines %.0f → %.0f, open fds %.0f → %.0f, live heap %.1f → %.1f MiB (allocated %.1f → %.1f)",
 			len(res.faults), res.before.goroutines, res.after.goroutines, res.before.fds, res.after.fds,
-			res.before.heap/(1<<20), res.after.heap/(1<<20))
+			res.before.heap/(1<<20), res.after.heap/(1<<20), res.before.allocHeap/(1<<20), res.after.allocHeap/(1<<20))
+		for _, g := range grown(res.before.stacks, res.after.stacks, 8) {
+			e.notef("soak: goroutines grew: %s", g)
+		}
 		return nil
 	}
 }
@@ -141,7 +151,7 @@ func soak(seed uint64, soakFor time.Duration) func(context.Context, *env) error 
 // sampleProcess samples the first server five times, a second apart, and
 // keeps the lowest of each.
 func (e *env) sampleProcess(ctx context.Context) (processSample, error) {
-	var goroutines, fds, heap []float64
+	var goroutines, fds, heap, alloc []float64
 	s := e.servers[0]
 	for range 5 {
 		g, err := s.metric(ctx, "go_goroutines")
@@ -152,12 +162,89 @@ func (e *env) sampleProcess(ctx context.Context) (processSample, error) {
 		if err != nil {
 			return processSample{}, err
 		}
-		h, err := s.metric(ctx, "go_memstats_heap_alloc_bytes")
+		h, err := s.metric(ctx, "go_gc_heap_live_bytes")
 		if err != nil {
 			return processSample{}, err
 		}
-		goroutines, fds, heap = append(goroutines, g), append(fds, f), append(heap, h)
+		a, err := s.metric(ctx, "go_memstats_heap_alloc_bytes")
+		if err != nil {
+			return processSample{}, err
+		}
+		goroutines, fds, heap, alloc = append(goroutines, g), append(fds, f), append(heap, h), append(alloc, a)
 		hold(ctx, time.Second)
 	}
-	return processSample{goroutines: slices.Min(goroutines), fds: slices.Min(fds), heap: slices.Min(heap)}, nil
+	stacks, err := s.goroutineProfile(ctx)
+	if err != nil {
+		return processSample{}, err
+	}
+	return processSample{goroutines: slices.Min(goroutines), fds: slices.Min(fds), heap: slices.Min(heap),
+		allocHeap: slices.Min(alloc), stacks: stacks}, nil
+}
+
+// goroutineProfile counts the server's goroutines by stack: each key is
+// the stack's functions, innermost first, without addresses.
+func (s *apiServer) goroutineProfile(ctx context.Context) (map[string]int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	body, err := s.raw.Get().AbsPath("/debug/pprof/goroutine").Param("debug", "1").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("goroutine profile: %w", err)
+	}
+	return parseGoroutines(string(body)), nil
+}
+
+// parseGoroutines reads pprof's debug=1 text: blocks of "N @ addresses"
+// followed by "#\taddress\tfunction+offset\tfile:line" lines.
+func parseGoroutines(text string) map[string]int {
+	out := map[string]int{}
+	for _, block := range strings.Split(text, "\n\n") {
+		lines := strings.Split(strings.TrimSpace(block), "\n")
+		// The first block begins with the profile's header line.
+		if strings.HasPrefix(lines[0], "goroutine profile:") {
+			lines = lines[1:]
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		count, _, _ := strings.Cut(lines[0], " @ ")
+		n, err := strconv.Atoi(count)
+		if err != nil {
+			continue
+		}
+		var funcs []string
+		for _, l := range lines[1:] {
+			f := strings.Fields(l)
+			if len(f) < 3 || f[0] != "#" {
+				continue
+			}
+			fn := f[2]
+			if i := strings.LastIndex(fn, "+0x"); i > 0 {
+				fn = fn[:i]
+			}
+			funcs = append(funcs, fn)
+		}
+		out[strings.Join(funcs, " < ")] += n
+	}
+	return out
+}
+
+// grown lists the stacks with more goroutines in after than in before,
+// most grown first, at most n of them.
+func grown(before, after map[string]int, n int) []string {
+	type growth struct {
+		stack string
+		by    int
+	}
+	var gs []growth
+	for stack, c := range after {
+		if d := c - before[stack]; d > 0 {
+			gs = append(gs, growth{stack, d})
+		}
+	}
+	slices.SortFunc(gs, func(a, b growth) int { return b.by - a.by })
+	var out []string
+	for _, g := range gs[:min(n, len(gs))] {
+		out = append(out, fmt.Sprintf("+%d %s", g.by, g.stack))
+	}
+	return out
 }

@@ -445,6 +445,7 @@ func (e *env) sentinels(ctx context.Context, r *result, healed time.Time) {
 		}
 		return true, nil
 	})
+	var slowest *stream
 	for _, w := range wants {
 		at, ok := w.s.seenAt(w.key)
 		if !ok {
@@ -452,8 +453,14 @@ func (e *env) sentinels(ctx context.Context, r *result, healed time.Time) {
 			r.notef("%s never received sentinel %s", w.s.spec.name, w.key)
 			continue
 		}
-		r.recovery = max(r.recovery, at.Sub(healed))
+		if at.Sub(healed) > r.recovery {
+			r.recovery, slowest = at.Sub(healed), w.s
+		}
 		r.sentinelLatency = max(r.sentinelLatency, at.Sub(w.acked))
+	}
+	if slowest != nil {
+		r.notef("last to recover: %s at %v after the heal; %s", slowest.spec.name,
+			r.recovery.Round(time.Millisecond), slowest.history(healed))
 	}
 }
 

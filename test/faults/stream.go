@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
@@ -98,6 +99,9 @@ type stream struct {
 	ends     []connEnd
 	relists  int
 	openErrs int
+	// lastOpenErr is the last failure to open a list or watch, and when.
+	lastOpenErr   error
+	lastOpenErrAt time.Time
 	// opened counts the watches opened.
 	opened int
 	// seen is when each key first arrived, for the sentinels.
@@ -149,7 +153,7 @@ func (s *stream) run(ctx context.Context) {
 			} else {
 				var err error
 				if seg, err = s.list(ctx); err != nil {
-					s.failedOpen(ctx, &backoff)
+					s.failedOpen(ctx, &backoff, err)
 					continue
 				}
 			}
@@ -163,7 +167,7 @@ func (s *stream) run(ctx context.Context) {
 				seg = nil // the watch-list never started; sync again
 				first = true
 			}
-			s.failedOpen(ctx, &backoff)
+			s.failedOpen(ctx, &backoff, err)
 			continue
 		}
 		s.addSegment(seg)
@@ -195,9 +199,10 @@ func (s *stream) addSegment(seg *segment) {
 	}
 }
 
-func (s *stream) failedOpen(ctx context.Context, backoff *wait.Backoff) {
+func (s *stream) failedOpen(ctx context.Context, backoff *wait.Backoff, err error) {
 	s.mu.Lock()
 	s.openErrs++
+	s.lastOpenErr, s.lastOpenErrAt = err, time.Now()
 	s.mu.Unlock()
 	select {
 	case <-ctx.Done():
@@ -310,6 +315,22 @@ func (s *stream) markSeenLocked(items map[string]int64, at time.Time) {
 			s.seen[key] = at
 		}
 	}
+}
+
+// history says, for a report, how s's last watch ended and when it last
+// failed to open one, relative to since.
+func (s *stream) history(since time.Time) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := fmt.Sprintf("%d watches opened", s.opened)
+	if n := len(s.ends); n > 0 {
+		e := s.ends[n-1]
+		out += fmt.Sprintf(", the last ended (%s) at %+.2fs", e.reason, e.at.Sub(since).Seconds())
+	}
+	if s.lastOpenErr != nil {
+		out += fmt.Sprintf(", the last failed open at %+.2fs: %v", s.lastOpenErrAt.Sub(since).Seconds(), s.lastOpenErr)
+	}
+	return out
 }
 
 // seenAt returns when key first arrived.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -22,10 +24,16 @@ import (
 //
 // LISTS_OBJECTS (100,000) sizes it; LISTS_ROUNDS (3) repeats it;
 // LISTS_IMPLS and LISTS_ALT pick the servers as WATCHLIST_IMPLS and
-// WATCHLIST_ALT do.
+// WATCHLIST_ALT do. BENCH_PROFILE_DIR saves each server's CPU profile of
+// BENCH_PROFILE_SECONDS (2) of consistent lists, one after another, first:
+// where a list's time goes, gzip and TLS included.
 func BenchmarkConcurrentLists(b *testing.B) {
 	l := newLoaded(b, "LISTS", 100_000)
 	l.takeTurns(b, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
+		if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
+			n := profileLists(ctx, b, cfg, hc, base, filepath.Join(dir, fmt.Sprintf("lists-%s-%d.pprof", filepath.Base(s.bin), s.proc.Pid())))
+			b.ReportMetric(float64(n), "profiled-lists")
+		}
 		reportListLatencies(ctx, b, hc, base, []listKind{{name: "consistent"}, tableList, v1alpha1List})
 		_, rss := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
 		for _, run := range []struct {
@@ -38,4 +46,22 @@ func BenchmarkConcurrentLists(b *testing.B) {
 			b.ReportMetric(ms(took), fmt.Sprintf("%dlists-%s-all-ms", run.n, run.version))
 		}
 	}, nil)
+}
+
+// profileLists lists base in a loop, one list at a time, while the server
+// takes a CPU profile into path, and returns how many lists it served.
+func profileLists(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base, path string) int {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		profile(ctx, cfg, "profile", path)
+	}()
+	for n := 0; ; n++ {
+		select {
+		case <-done:
+			return n
+		default:
+			listAll(ctx, b, hc, base, "", "application/json")
+		}
+	}
 }

@@ -76,7 +76,7 @@ func StorageDecorator(base Config) generic.StorageDecorator {
 		if base.Scheme != nil {
 			// The etcd3 store decodes what the cache lists and watches
 			// with it: faster, to the same objects.
-			tracked.Codec = object.NewStorageCodec(config.Codec, base.Scheme)
+			tracked.Codec = object.NewStorageCodec(config.Codec, base.Scheme, newFunc)
 		}
 		raw, destroyRaw, err := generic.NewRawStorage(&tracked, newFunc, newListFunc, resourcePrefix)
 		if err != nil {

@@ -25,9 +25,12 @@ import (
 // itself. The check costs an encode, about a quarter of what it saves:
 // a stored pod of 1 KiB decodes in 16.1 µs against the codec's 31.1 µs,
 // medians of 5 in one run (BenchmarkStorageDecode).
-func NewStorageCodec(codec runtime.Codec, scheme *runtime.Scheme) runtime.Codec {
+//
+// newFunc makes the resource's object, which Decode decodes into when its
+// caller gives none: the etcd3 store's watch does that for every event.
+func NewStorageCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtime.Object) runtime.Codec {
 	fast := &jsonDecoder{scheme: scheme, serializer: notDecoded{}, safe: map[reflect.Type]bool{}}
-	return &storageCodec{Codec: codec,
+	return &storageCodec{Codec: codec, newFunc: newFunc,
 		fast: versioning.NewDefaultingCodecForScheme(scheme, nil, fast, nil, runtime.InternalGroupVersioner)}
 }
 
@@ -37,6 +40,8 @@ type storageCodec struct {
 	runtime.Codec
 	// fast decodes with jsonDecoder, defaults and converts, as Codec does.
 	fast runtime.Decoder
+	// newFunc makes the object to decode into when the caller gives none.
+	newFunc func() runtime.Object
 }
 
 // Decode implements runtime.Decoder.
@@ -51,6 +56,10 @@ func (c *storageCodec) Decode(data []byte, defaults *schema.GroupVersionKind, in
 // that into is untouched unless it succeeds, and reports whether Codec
 // encodes the result to data again.
 func (c *storageCodec) decodeFast(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, bool) {
+	if into == nil && c.newFunc != nil {
+		// Bytes of another kind fail the check below, and go to Codec.
+		into = c.newFunc()
+	}
 	if into == nil || len(data) == 0 || data[0] != '{' {
 		return nil, nil, false
 	}

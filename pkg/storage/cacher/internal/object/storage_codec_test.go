@@ -20,7 +20,7 @@ import (
 // itself, and that every answer, error included, is the storage's codec's.
 func TestStorageCodec(t *testing.T) {
 	json := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
-	sc := NewStorageCodec(json, scheme).(*storageCodec)
+	sc := NewStorageCodec(json, scheme, func() runtime.Object { return &example.Pod{} }).(*storageCodec)
 	stored := func(codec runtime.Codec, pod *example.Pod) []byte {
 		var buf bytes.Buffer
 		if err := codec.Encode(pod, &buf); err != nil {
@@ -65,6 +65,18 @@ func TestStorageCodec(t *testing.T) {
 			if err == nil && !apiequality.Semantic.DeepEqual(got, want) {
 				t.Errorf("decoded\n%#v\nthe codec decodes\n%#v", got, want)
 			}
+			// With no object to decode into, as etcd3's watch decodes
+			// every event: the same answers, as fast.
+			if _, _, ok := sc.decodeFast(tc.data, nil, nil); ok != tc.fast {
+				t.Errorf("decoded by jsoniter with no object given: %v, want %v", ok, tc.fast)
+			}
+			got, err = runtime.Decode(sc, tc.data)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("with no object given: error %v, want an error: %v", err, tc.wantErr)
+			}
+			if err == nil && !apiequality.Semantic.DeepEqual(got, want) {
+				t.Errorf("with no object given, decoded\n%#v\nthe codec decodes\n%#v", got, want)
+			}
 		})
 	}
 }
@@ -74,7 +86,7 @@ func TestStorageCodec(t *testing.T) {
 // that it decodes them itself.
 func TestStorageCodecMatches(t *testing.T) {
 	json := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
-	sc := NewStorageCodec(json, scheme).(*storageCodec)
+	sc := NewStorageCodec(json, scheme, func() runtime.Object { return &example.Pod{} }).(*storageCodec)
 	f := fuzzer.FuzzerFor(fuzzer.MergeFuzzerFuncs(metafuzzer.Funcs, examplefuzzer.Funcs), rand.NewSource(28), codecs)
 	fast := 0
 	const n = 500
@@ -127,11 +139,20 @@ func BenchmarkStorageDecode(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		codec runtime.Codec
-	}{{"codec", json}, {"storage-codec", NewStorageCodec(json, scheme)}} {
+	}{{"codec", json}, {"storage-codec", NewStorageCodec(json, scheme, func() runtime.Object { return &example.Pod{} })}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, _, err := c.codec.Decode(buf.Bytes(), nil, &example.Pod{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		// As etcd3's watch decodes every event: into no object.
+		b.Run(c.name+"-watch", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := runtime.Decode(c.codec, buf.Bytes()); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -30,8 +30,12 @@ import (
 // caller gives none: the etcd3 store's watch does that for every event.
 func NewStorageCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtime.Object) runtime.Codec {
 	fast := &jsonDecoder{scheme: scheme, serializer: notDecoded{}, safe: map[reflect.Type]bool{}}
-	return &storageCodec{Codec: codec, newFunc: newFunc,
+	c := &storageCodec{Codec: codec,
 		fast: versioning.NewDefaultingCodecForScheme(scheme, nil, fast, nil, runtime.InternalGroupVersioner)}
+	if newFunc != nil {
+		c.newType = reflect.TypeOf(newFunc())
+	}
+	return c
 }
 
 // storageCodec is the codec NewStorageCodec returns.
@@ -40,8 +44,9 @@ type storageCodec struct {
 	runtime.Codec
 	// fast decodes with jsonDecoder, defaults and converts, as Codec does.
 	fast runtime.Decoder
-	// newFunc makes the object to decode into when the caller gives none.
-	newFunc func() runtime.Object
+	// newType is the type of the resource's object, which Decode decodes
+	// into when the caller gives none.
+	newType reflect.Type
 }
 
 // Decode implements runtime.Decoder.
@@ -54,16 +59,17 @@ func (c *storageCodec) Decode(data []byte, defaults *schema.GroupVersionKind, in
 
 // decodeFast decodes data with fast, into a new object of into's type so
 // that into is untouched unless it succeeds, and reports whether Codec
-// encodes the result to data again.
+// encodes the result to data again. With no into, the new object is of the
+// resource's type, and is what it returns: bytes of another kind fail the
+// check, and go to Codec.
 func (c *storageCodec) decodeFast(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, bool) {
-	if into == nil && c.newFunc != nil {
-		// Bytes of another kind fail the check below, and go to Codec.
-		into = c.newFunc()
+	t := c.newType
+	if into != nil {
+		t = reflect.TypeOf(into)
 	}
-	if into == nil || len(data) == 0 || data[0] != '{' {
+	if t == nil || len(data) == 0 || data[0] != '{' {
 		return nil, nil, false
 	}
-	t := reflect.TypeOf(into)
 	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
 		return nil, nil, false
 	}
@@ -81,6 +87,9 @@ func (c *storageCodec) decodeFast(data []byte, defaults *schema.GroupVersionKind
 	buf.Reset()
 	if err := c.Codec.Encode(obj, buf); err != nil || !bytes.Equal(buf.Bytes(), data) {
 		return nil, nil, false
+	}
+	if into == nil {
+		return fresh, gvk, true
 	}
 	reflect.ValueOf(into).Elem().Set(reflect.ValueOf(fresh).Elem())
 	return into, gvk, true

@@ -117,9 +117,10 @@ func (e *env) startProbe(n int) {
 }
 
 // newProbeClient is newClient for a probe, with a function that closes
-// every connection it dialed. Closing idle connections through the
-// client is not enough: the stream a probe just stopped may not yet have
-// left its connection.
+// every connection it dialed. http.Client.CloseIdleConnections does not
+// reach the transport under client-go's round-tripper wrappers, and even
+// through them the stream a probe just stopped may not yet have left its
+// connection, which would then not be idle.
 func (e *env) newProbeClient() (versioned.Interface, func()) {
 	cfg := e.clientConfig(e.clientsTo)
 	var mu sync.Mutex // guards conns
@@ -453,8 +454,8 @@ func (e *env) sentinels(ctx context.Context, r *result, healed time.Time) {
 			r.notef("%s never received sentinel %s", w.s.spec.name, w.key)
 			continue
 		}
-		if at.Sub(healed) > r.recovery {
-			r.recovery, slowest = at.Sub(healed), w.s
+		if d := at.Sub(healed); d > r.recovery {
+			r.recovery, slowest = d, w.s
 		}
 		r.sentinelLatency = max(r.sentinelLatency, at.Sub(w.acked))
 	}

@@ -244,19 +244,17 @@ func (s *stream) consume(ctx context.Context, w watch.Interface, seg *segment) c
 		case ev, ok = <-w.ResultChan():
 		}
 		now := time.Now()
+		// The test's own cancel ends the watch with a closed channel, or
+		// with an error event: client-go's watcher reports the body read
+		// the cancel ended ("unable to decode an event from the watch
+		// stream: context canceled").
+		if (!ok || ev.Type == watch.Error) && ctx.Err() != nil {
+			return connEnd{reason: endCancel, at: now}
+		}
 		if !ok {
-			if ctx.Err() != nil {
-				return connEnd{reason: endCancel, at: now}
-			}
 			return connEnd{reason: endClosed, at: now, empty: delivered == 0}
 		}
 		if ev.Type == watch.Error {
-			if ctx.Err() != nil {
-				// client-go's watcher reports its body read that the
-				// cancel ended as an error event ("unable to decode an
-				// event from the watch stream: context canceled").
-				return connEnd{reason: endCancel, at: now}
-			}
 			err := apierrors.FromObject(ev.Object)
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 				return connEnd{reason: end410, at: now, msg: err.Error()}

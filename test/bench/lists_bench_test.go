@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -25,13 +26,15 @@ import (
 // LISTS_OBJECTS (100,000) sizes it; LISTS_ROUNDS (3) repeats it;
 // LISTS_IMPLS and LISTS_ALT pick the servers as WATCHLIST_IMPLS and
 // WATCHLIST_ALT do. BENCH_PROFILE_DIR saves each server's CPU profile of
-// BENCH_PROFILE_SECONDS (2) of consistent lists, one after another, first:
-// where a list's time goes, gzip and TLS included.
+// BENCH_PROFILE_SECONDS (2) of lists, one after another, first: where a
+// list's time goes, gzip and TLS included. BENCH_PROFILE_LIST picks the
+// list: consistent (the default), table500 or v1alpha1.
 func BenchmarkConcurrentLists(b *testing.B) {
 	l := newLoaded(b, "LISTS", 100_000)
 	l.takeTurns(b, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
 		if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
-			n := profileLists(ctx, b, cfg, hc, base, filepath.Join(dir, fmt.Sprintf("lists-%s-%d.pprof", filepath.Base(s.bin), s.proc.Pid())))
+			kind := profiledList(b)
+			n := profileLists(ctx, b, cfg, hc, base, kind, filepath.Join(dir, fmt.Sprintf("lists-%s-%s-%d.pprof", kind.name, filepath.Base(s.bin), s.proc.Pid())))
 			b.ReportMetric(float64(n), "profiled-lists")
 		}
 		reportListLatencies(ctx, b, hc, base, []listKind{{name: "consistent"}, tableList, v1alpha1List})
@@ -48,9 +51,21 @@ func BenchmarkConcurrentLists(b *testing.B) {
 	}, nil)
 }
 
-// profileLists lists base in a loop, one list at a time, while the server
-// takes a CPU profile into path, and returns how many lists it served.
-func profileLists(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base, path string) int {
+// profiledList is the kind of list BENCH_PROFILE_LIST names.
+func profiledList(b *testing.B) listKind {
+	for _, k := range []listKind{{name: "consistent"}, tableList, v1alpha1List} {
+		if k.name == cmp.Or(os.Getenv("BENCH_PROFILE_LIST"), "consistent") {
+			return k
+		}
+	}
+	b.Fatalf("BENCH_PROFILE_LIST=%q: want consistent, table500 or v1alpha1", os.Getenv("BENCH_PROFILE_LIST"))
+	return listKind{}
+}
+
+// profileLists lists base in a loop, one list of kind at a time, while the
+// server takes a CPU profile into path, and returns how many lists it
+// served.
+func profileLists(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, kind listKind, path string) int {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -61,7 +76,7 @@ func profileLists(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 		case <-done:
 			return n
 		default:
-			listAll(ctx, b, hc, base, "", "application/json")
+			listAll(ctx, b, hc, kind.url(base), kind.query, cmp.Or(kind.accept, "application/json"))
 		}
 	}
 }

@@ -189,6 +189,14 @@ type listKind struct {
 	repeats int
 }
 
+// url is base at the kind's version.
+func (l listKind) url(base string) string {
+	if l.version == "" {
+		return base
+	}
+	return strings.Replace(base, "/v1beta1/", "/"+l.version+"/", 1)
+}
+
 // tableList is what kubectl get asks for: a Table, 500 rows a page.
 // v1alpha1List is a full list at the version that is not stored. Both
 // decode every object in ours, which keeps them as bytes.
@@ -203,10 +211,7 @@ var (
 func reportListLatencies(ctx context.Context, b *testing.B, hc *http.Client, base string, kinds []listKind) {
 	for _, l := range kinds {
 		var took []time.Duration
-		u := base
-		if l.version != "" {
-			u = strings.Replace(base, "/v1beta1/", "/"+l.version+"/", 1)
-		}
+		u := l.url(base)
 		for range cmp.Or(l.repeats, 20) {
 			t0 := time.Now()
 			listAll(ctx, b, hc, u, l.query, cmp.Or(l.accept, "application/json"))

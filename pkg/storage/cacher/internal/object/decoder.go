@@ -51,8 +51,13 @@ type jsonDecoder struct {
 }
 
 // caseSensitive is jsoniter matching keys case-sensitively, as every
-// Kubernetes decoder does since 1.20.
-var caseSensitive = jsoniter.Config{CaseSensitive: true, ValidateJsonRawMessage: true}.Froze()
+// Kubernetes decoder does since 1.20, with plain strings found fast
+// (stringDecoder).
+var caseSensitive = func() jsoniter.API {
+	api := jsoniter.Config{CaseSensitive: true, ValidateJsonRawMessage: true, ObjectFieldMustBeSimpleString: true}.Froze()
+	api.RegisterExtension(&plainStrings{})
+	return api
+}()
 
 var _ runtime.Decoder = &jsonDecoder{}
 

@@ -1,6 +1,8 @@
 package object
 
 import (
+	"fmt"
+	jsoniter "github.com/json-iterator/go"
 	"reflect"
 	"testing"
 
@@ -12,27 +14,40 @@ import (
 )
 
 // BenchmarkDecode compares, in one run, decoding a cached pod of about
-// 1 KiB (bench-scale's shape: a label, a 1 KiB annotation, one
-// managedFields entry) with the storage's serializer and with jsonDecoder,
-// each defaulted and converted to the internal type as the cache does.
+// 1 KiB and of 10 KiB (bench-scale's shapes: a label, an annotation of
+// that size, one managedFields entry) with the storage's serializer and
+// with jsonDecoder, each defaulted and converted to the internal type as
+// the cache does.
 //
 //	go test ./pkg/storage/cacher/internal/object -run '^$' -bench Decode -count 5
 func BenchmarkDecode(b *testing.B) {
-	pod := benchPod()
+	for _, size := range []int{1 << 10, 10 << 10} {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) { benchmarkDecode(b, benchPod(size)) })
+	}
+}
+
+func benchmarkDecode(b *testing.B, pod *example.Pod) {
 	o, err := newIngest(codecs.LegacyCodec(examplev1.SchemeGroupVersion), scheme).Build(pod)
 	if err != nil {
 		b.Fatal(err)
 	}
 	s := jsonserializer.NewSerializerWithOptions(headerMeta{}, scheme, scheme, jsonserializer.SerializerOptions{})
+	// jsoniter-plain is jsoniter without plainStrings: what that
+	// extension buys.
+	plain := jsoniter.Config{CaseSensitive: true, ValidateJsonRawMessage: true}.Froze()
 	for _, d := range []struct {
 		name    string
 		decoder runtime.Decoder
+		api     jsoniter.API
 	}{
-		{"serializer", s},
-		{"jsoniter", &jsonDecoder{scheme: scheme, serializer: s, safe: map[reflect.Type]bool{}}},
+		{"serializer", s, caseSensitive},
+		{"jsoniter-plain", &jsonDecoder{scheme: scheme, serializer: s, safe: map[reflect.Type]bool{}}, plain},
+		{"jsoniter", &jsonDecoder{scheme: scheme, serializer: s, safe: map[reflect.Type]bool{}}, caseSensitive},
 	} {
 		codec := versioning.NewDefaultingCodecForScheme(scheme, nil, d.decoder, nil, runtime.InternalGroupVersioner)
 		b.Run(d.name, func(b *testing.B) {
+			defer func(api jsoniter.API) { caseSensitive = api }(caseSensitive)
+			caseSensitive = d.api
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, _, err := codec.Decode(o.Raw, nil, &example.Pod{}); err != nil {

@@ -2,8 +2,8 @@ package object
 
 import (
 	"bytes"
-	"fmt"
 	"math/rand"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/apitesting/fuzzer"
@@ -130,7 +130,7 @@ func TestStorageCodecMatches(t *testing.T) {
 //	go test ./pkg/storage/cacher/internal/object -run '^$' -bench StorageDecode -count 5
 func BenchmarkStorageDecode(b *testing.B) {
 	json := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
-	pod := benchPod()
+	pod := benchPod(1024)
 	pod.ResourceVersion = ""
 	var buf bytes.Buffer
 	if err := json.Encode(pod, &buf); err != nil {
@@ -162,11 +162,11 @@ func BenchmarkStorageDecode(b *testing.B) {
 
 // benchPod is bench-scale's object as a pod: a label, a 1 KiB annotation,
 // one managedFields entry.
-func benchPod() *example.Pod {
+func benchPod(payload int) *example.Pod {
 	now := metav1.Now()
 	return &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a-000001", Namespace: "ns-1", UID: "6d0f1c2e-1b7a-4c1e-9a55-000000000001",
 		ResourceVersion: "12345", CreationTimestamp: now, Labels: map[string]string{"group": "g1"},
-		Annotations: map[string]string{"payload": fmt.Sprintf("%01024d", 0)},
+		Annotations: map[string]string{"payload": strings.Repeat("0", payload)},
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "bench.test", Operation: metav1.ManagedFieldsOperationUpdate,
 			APIVersion: "example.apiserver.k8s.io/v1", Time: &now, FieldsType: "FieldsV1",
 			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:annotations":{".":{},"f:payload":{}},"f:labels":{".":{},"f:group":{}}},"f:spec":{".":{},"f:nodeName":{}}}`)}}}},

@@ -1,0 +1,129 @@
+package object
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"unsafe"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	sigsjson "sigs.k8s.io/json"
+)
+
+// stringFields is what plainStrings decodes, and what it must leave alone.
+type stringFields struct {
+	S    string            `json:"s"`
+	UID  types.UID         `json:"uid,omitempty"`
+	M    map[string]string `json:"m,omitempty"`
+	L    []string          `json:"l,omitempty"`
+	T    metav1.Time       `json:"t"`
+	P    *metav1.Time      `json:"p,omitempty"`
+	N    json.Number       `json:"n,omitempty"`
+	Text textString        `json:"text,omitempty"`
+}
+
+// textString decodes itself, so plainStrings leaves it to jsoniter.
+type textString string
+
+func (s *textString) UnmarshalText(b []byte) error {
+	*s = textString("text:" + string(b))
+	return nil
+}
+
+// TestPlainStrings decodes with jsoniter as the cache does, and with the
+// storage serializer's decoder, and wants the same value, or an error
+// from both.
+func TestPlainStrings(t *testing.T) {
+	if !layout.ok {
+		t.Fatal("jsoniter's Iterator has changed: every string goes to ReadString")
+	}
+	tests := []struct {
+		name, json string
+	}{
+		{name: "plain", json: `{"s":"abc","uid":"u-1","m":{"k":"v","":""},"l":["x","y"],"t":"2026-11-26T08:00:00Z"}`},
+		{name: "empty", json: `{"s":"","t":null}`},
+		{name: "non-ASCII and separators", json: "{\"s\":\"é🚀\u2028\",\"t\":null}"},
+		{name: "an escaped quote", json: `{"s":"a\"b","m":{"k\"":"v\""},"t":null}`},
+		{name: "an escaped backslash before the end", json: `{"s":"a\\","l":["\\"],"t":null}`},
+		{name: "unicode escapes", json: `{"s":"\u003cb\u003e\u2028","t":null}`},
+		{name: "a control character", json: "{\"s\":\"a\x01b\",\"t\":null}"},
+		{name: "a tab", json: "{\"s\":\"a\tb\",\"t\":null}"},
+		{name: "a control character after the first 8 bytes", json: "{\"s\":\"abcdefghij\x1f\",\"t\":null}"},
+		{name: "a control character in the first 8 bytes of 10", json: "{\"s\":\"\x01bcdefghij\",\"t\":null}"},
+		{name: "null string", json: `{"s":null,"t":null}`},
+		{name: "whitespace", json: "{ \"s\" : \"a\" , \"t\" :\n\"2026-11-26T08:00:00+02:00\" }"},
+		{name: "unterminated", json: `{"s":"abc`},
+		{name: "a number for a string", json: `{"s":1,"t":null}`},
+		{name: "a time", json: `{"s":"","t":"2026-11-26T08:00:00Z","p":"2026-01-02T03:04:05.5+01:00"}`},
+		{name: "a null time pointer", json: `{"s":"","t":null,"p":null}`},
+		{name: "an escaped time", json: `{"s":"","t":"2026-11-26T08:00:00\u005a"}`},
+		{name: "a time that is not RFC 3339", json: `{"s":"","t":"yesterday"}`},
+		{name: "a time as a number", json: `{"s":"","t":5}`},
+		{name: "json.Number", json: `{"s":"","t":null,"n":12.5}`},
+		{name: "a type that decodes itself", json: `{"s":"","t":null,"text":"x"}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got, want stringFields
+			gotErr := caseSensitive.Unmarshal([]byte(tt.json), &got)
+			wantErr := sigsjson.UnmarshalCaseSensitivePreserveInts([]byte(tt.json), &want)
+			if (gotErr != nil) != (wantErr != nil) {
+				t.Fatalf("jsoniter: %v; the serializer's decoder: %v", gotErr, wantErr)
+			}
+			if wantErr == nil && !reflect.DeepEqual(got, want) {
+				t.Fatalf("jsoniter decoded\n%#v\nthe serializer's decoder\n%#v", got, want)
+			}
+		})
+	}
+}
+
+// TestPlainString checks which strings take the fast path, and that
+// the iterator goes on after them.
+func TestPlainString(t *testing.T) {
+	tests := []struct {
+		json, want string
+		ok         bool
+	}{
+		{json: `"abc",1`, want: "abc", ok: true},
+		{json: ` "",1`, want: "", ok: true},
+		{json: "\"é\u2028🚀\",1", want: "é\u2028🚀", ok: true},
+		{json: `"a\"b",1`},
+		{json: `"a\\",1`},
+		{json: "\"a\x1fb\",1"},
+		{json: `null,1`},
+		{json: `"abc`},
+	}
+	for _, tt := range tests {
+		iter := caseSensitive.BorrowIterator([]byte(tt.json))
+		got, ok := plainString(iter)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("plainString(%q) = %q, %v; want %q, %v", tt.json, got, ok, tt.want, tt.ok)
+		}
+		if !ok {
+			// ReadString decodes it, from where it began.
+			iter.ReadString()
+		}
+		if rest := tt.json[*(*int)(unsafe.Add(unsafe.Pointer(iter), layout.head)):]; iter.Error == nil && rest != ",1" {
+			t.Errorf("after %q, the iterator is at %q, want \",1\"", tt.json, rest)
+		}
+		caseSensitive.ReturnIterator(iter)
+	}
+}
+
+// TestHasControl checks the eight-bytes-at-a-time test against a byte
+// at a time, for every byte value at every position of a word and of
+// the tail.
+func TestHasControl(t *testing.T) {
+	for n := range 20 {
+		for at := range n {
+			for c := range 256 {
+				b := []byte("abcdefghijklmnopqrst"[:n])
+				b[at] = byte(c)
+				if got, want := hasControl(b), c < 0x20; got != want {
+					t.Fatalf("hasControl(%q) = %v, want %v", b, got, want)
+				}
+			}
+		}
+	}
+}

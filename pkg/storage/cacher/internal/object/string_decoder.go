@@ -60,8 +60,10 @@ func plainString(iter *jsoniter.Iterator) (string, bool) {
 }
 
 // hasControl reports whether b holds a byte below 0x20, eight bytes at a
-// time: a byte below 0x20 borrows into its top bit when 0x20 is taken
-// from it, and only such a byte sets that bit with its own top bit clear.
+// time. Taking 0x20 from every byte sets the top bit of each byte below
+// 0x20, and masking with the word's complement drops the bytes whose own
+// top bit was set. A borrow can set a bit only above a byte below 0x20,
+// so a bit is left exactly when there is one.
 func hasControl(b []byte) bool {
 	const ones, highs = 0x2020202020202020, 0x8080808080808080
 	for len(b) >= 8 {

@@ -159,6 +159,12 @@ func newFaultyCacher(t *testing.T) (*testCacher, *faultyStore, *fakeConnections,
 		o.config = func(cfg *Config) { cfg.Clock = clk; cfg.Connections = conns }
 	})
 	waitReady(t, c.Cacher)
+	// The cache is ready once it has listed; it opens its etcd watch
+	// after that, and the tests break the watch it opened.
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, wait.ForeverTestTimeout, true,
+		func(context.Context) (bool, error) { return store.count() > 0, nil }); err != nil {
+		t.Fatalf("the cache opened no etcd watch after it was ready: %v", err)
+	}
 	return c, store, conns, clk
 }
 

@@ -113,6 +113,17 @@ func withPrefixTransformer(o *setupOptions) {
 	o.codec = codecs.LegacyCodec(examplev1.SchemeGroupVersion)
 }
 
+// newTestEtcd starts an embedded etcd with a client, which it closes
+// before etcd stops. The etcd3 test server does not: etcd then waited, 2 s
+// a listener, for the client's open watch stream, 7 s a test.
+func newTestEtcd(t testing.TB) *etcd3testing.EtcdTestServer {
+	t.Helper()
+	server, _ := etcd3testing.NewUnsecuredEtcd3TestClientServer(t)
+	// Registered after the server's own cleanup, so run before it.
+	t.Cleanup(func() { _ = server.V3Client.Close() })
+	return server
+}
+
 // newTestCacher starts etcd, an etcd3 store and our cacher over it, and
 // waits until the cacher is ready.
 func newTestCacher(t testing.TB, opts ...setupOption) *testCacher {
@@ -121,7 +132,7 @@ func newTestCacher(t testing.TB, opts ...setupOption) *testCacher {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	server, _ := etcd3testing.NewUnsecuredEtcd3TestClientServer(t)
+	server := newTestEtcd(t)
 	versioner := storage.APIObjectVersioner{}
 	compactor := etcd3.NewCompactor(server.V3Client.Client, 0, clock.RealClock{}, nil)
 	t.Cleanup(compactor.Stop)

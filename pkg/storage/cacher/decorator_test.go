@@ -23,7 +23,7 @@ import (
 // ConnectionDropper, and that a transport's own egress dialer still makes
 // the connections.
 func TestStorageDecoratorTracksConnections(t *testing.T) {
-	server, _ := etcd3testing.NewUnsecuredEtcd3TestClientServer(t)
+	server := newTestEtcd(t)
 	var egressDials atomic.Int32
 	egress := func(egressselector.NetworkContext) (utilnet.DialFunc, error) {
 		return func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -72,7 +72,7 @@ func (e diffEvent) String() string {
 func TestIndexedDispatchMatchesUpstream(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ShardedListAndWatch, true)
 	ctx := context.Background()
-	server, _ := etcd3testing.NewUnsecuredEtcd3TestClientServer(t)
+	server := newTestEtcd(t)
 	newRaw := func() storage.Interface {
 		compactor := etcd3.NewCompactor(server.V3Client.Client, 0, clock.RealClock{}, nil)
 		t.Cleanup(compactor.Stop)

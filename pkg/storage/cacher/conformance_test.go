@@ -114,8 +114,9 @@ func withPrefixTransformer(o *setupOptions) {
 }
 
 // newTestEtcd starts an embedded etcd with a client, which it closes
-// before etcd stops. The etcd3 test server does not: etcd then waited, 2 s
-// a listener, for the client's open watch stream, 7 s a test.
+// before etcd stops. The etcd3 test server does not: etcd's graceful stop
+// then waited for the client's open watch stream until its request
+// timeout, 7 s a test.
 func newTestEtcd(t testing.TB) *etcd3testing.EtcdTestServer {
 	t.Helper()
 	server, _ := etcd3testing.NewUnsecuredEtcd3TestClientServer(t)

@@ -78,9 +78,6 @@ func New(cfg Config) (*Cacher, error) {
 		FreshnessTimeout: cfg.FreshnessTimeout, ProgressRequestInterval: cfg.ProgressRequestInterval,
 		Connections: cfg.Connections, Clock: cfg.Clock,
 		Sink: c.d, Objects: c.store, History: c.log, Ready: c.ready, Metrics: c.metrics.source})
-	if err := cfg.Storage.EnableResourceSizeEstimation(c.keys); err != nil {
-		return nil, fmt.Errorf("enabling size estimation for %s: %w", cfg.GroupResource, err)
-	}
 	cfg.Shutdown.Register(c.d)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
@@ -99,15 +96,6 @@ func (c *Cacher) Stop() {
 	<-c.done
 	c.ready.Set(source.Stopped)
 	c.d.Close()
-}
-
-// keys lists the cached keys once the cache is as fresh as etcd, for
-// etcd3's object size estimation.
-func (c *Cacher) keys(ctx context.Context) ([]string, error) {
-	if err := c.waitConsistent(ctx); err != nil {
-		return nil, err
-	}
-	return c.store.Keys(), nil
 }
 
 // waitConsistent waits until the cache holds etcd's current revision. When
@@ -201,9 +189,24 @@ func (c *Cacher) suggestion(key string) runtime.Object {
 	return nil
 }
 
-// Stats implements storage.Interface. etcd3 answers from its size
-// estimator, which reads keys from this cache.
-func (c *Cacher) Stats(ctx context.Context) (storage.Stats, error) { return c.cfg.Storage.Stats(ctx) }
+// Stats implements storage.Interface: the number of objects once the cache
+// is as fresh as etcd, and their average size in etcd, from what the cache
+// holds. Upstream's Cacher has etcd3 keep every key and its value's size
+// beside the cache (EnableResourceSizeEstimation), about 110 bytes an
+// object; the cache knows both already. Deliberately, the size is given
+// whether or not the SizeBasedListCostEstimate feature is on: priority and
+// fairness uses it only when it is.
+func (c *Cacher) Stats(ctx context.Context) (storage.Stats, error) {
+	if err := c.waitConsistent(ctx); err != nil {
+		return storage.Stats{}, err
+	}
+	n := c.store.Counts()
+	st := storage.Stats{ObjectCount: int64(n.Objects)}
+	if n.Objects > 0 {
+		st.EstimatedAverageObjectSizeBytes = n.Stored / int64(n.Objects)
+	}
+	return st, nil
+}
 
 // ReadinessCheck implements storage.Interface.
 func (c *Cacher) ReadinessCheck() error { return c.ready.Check(c.what()) }
@@ -221,11 +224,9 @@ func (c *Cacher) GetCurrentResourceVersion(ctx context.Context) (uint64, error) 
 	return c.cfg.Storage.GetCurrentResourceVersion(ctx)
 }
 
-// EnableResourceSizeEstimation implements storage.Interface. New already
-// enabled it with the cache's keys.
-func (c *Cacher) EnableResourceSizeEstimation(keys storage.KeysFunc) error {
-	return c.cfg.Storage.EnableResourceSizeEstimation(keys)
-}
+// EnableResourceSizeEstimation implements storage.Interface. It does
+// nothing: Stats estimates sizes from the cache.
+func (c *Cacher) EnableResourceSizeEstimation(storage.KeysFunc) error { return nil }
 
 // CompactRevision implements storage.Interface.
 func (c *Cacher) CompactRevision() int64 { return c.cfg.Storage.CompactRevision() }

@@ -149,3 +149,31 @@ func (s *countingSelector) Matches(f fields.Fields) bool {
 	s.matches.Add(1)
 	return s.Selector.Matches(f)
 }
+
+// TestStatsOverProtobuf: over a storage that is not JSON, Stats counts
+// the objects exactly, and their size is that of the cache's bytes: the
+// storage's encoding with the resourceVersion, which etcd does not store.
+// The conformance suite's Stats runs over JSON, where the size is etcd's.
+func TestStatsOverProtobuf(t *testing.T) {
+	ctx := context.Background()
+	c := newTestCacher(t)
+	var sizes int64
+	for _, name := range []string{"a", "bb"} {
+		out := &example.Pod{}
+		if err := c.Create(ctx, "/pods/ns/"+name, &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}, out, 0); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := runtime.Encode(examplev1Blob, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes += int64(len(raw))
+	}
+	if err := c.GetList(ctx, "/pods/", storage.ListOptions{Recursive: true, Predicate: storage.Everything}, &example.PodList{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Stats(ctx)
+	if want := (storage.Stats{ObjectCount: 2, EstimatedAverageObjectSizeBytes: sizes / 2}); err != nil || got != want {
+		t.Errorf("Stats = %+v, %v; want %+v", got, err, want)
+	}
+}

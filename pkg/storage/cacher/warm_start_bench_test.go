@@ -33,7 +33,6 @@ func BenchmarkStart(b *testing.B) {
 			writePods(b, c, objects, "b") // the history: one update of each
 			current := c.Cacher
 			cfg := c.cfg
-			cfg.Storage = secondCache{cfg.Storage}
 			cfg.WarmStartRevisions = bc.revisions
 			var elapsed, filled time.Duration
 			var bytes float64

@@ -17,18 +17,11 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 )
 
-// secondCache lets another cache use the etcd3 store, which takes a size
-// estimator once: as a restarted server, it has its own.
-type secondCache struct{ storage.Interface }
-
-func (secondCache) EnableResourceSizeEstimation(storage.KeysFunc) error { return nil }
-
 // restartCache stops c, as a server restart does, and starts a new cache
 // over the same etcd with cfg adjusted by adjust.
 func restartCache(t *testing.T, c *testCacher, adjust func(*Config)) *Cacher {
 	t.Helper()
 	cfg := c.cfg
-	cfg.Storage = secondCache{cfg.Storage}
 	c.Stop()
 	if adjust != nil {
 		adjust(&cfg)
@@ -159,7 +152,7 @@ func TestWarmStartIsReadyBeforeItsHistory(t *testing.T) {
 		pods = append(pods, createPod(t, c, fmt.Sprintf("p%d", i)))
 	}
 	clk := testingclock.NewFakeClock(time.Now())
-	held := heldBackfill{Interface: secondCache{c.cfg.Storage}, release: make(chan struct{})}
+	held := heldBackfill{Interface: c.cfg.Storage, release: make(chan struct{})}
 	defer close(held.release)
 	restarted := restartCache(t, c, func(cfg *Config) {
 		cfg.Storage = held

@@ -287,7 +287,7 @@ func (d *Dispatcher) RecordGauges() {
 	d.mu.Unlock()
 	d.metrics.HistoryBytes.Set(float64(bytes))
 	d.metrics.Evicted.Add(float64(newlyEvicted))
-	_, snapshots := d.store.Stats()
+	snapshots := d.store.Counts().Snapshots
 	d.metrics.Synced.Set(float64(synced))
 	d.metrics.Lagging.Set(float64(lagging))
 	d.metrics.Snapshots.Set(float64(snapshots))

@@ -64,6 +64,28 @@ const objectOverhead = 300
 // Size is what the object holds, for the history budget.
 func (o *Object) Size() int64 { return int64(cap(o.Raw)) + objectOverhead }
 
+// StoredSize is the size of the value etcd holds for the object when the
+// storage's codec wrote it, before any transformer (encryption at rest adds
+// its header and padding). In JSON, that is its bytes without the
+// resourceVersion field, which etcd3 does not store, and that field's
+// comma: metadata holds at least a name beside it. In any other encoding
+// (protobuf), it is the bytes' length, a few bytes more than etcd's.
+func (o *Object) StoredSize() int64 {
+	if o.RV == 0 || o.Head == 0 {
+		return int64(len(o.Raw))
+	}
+	return int64(len(o.Raw) - len(`"resourceVersion":"",`) - digits(o.RV))
+}
+
+// digits is the number of decimal digits of n.
+func digits(n uint64) int {
+	d := 1
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
+}
+
 // Decode returns a new decoded copy of the object, which the caller owns.
 func (o *Object) Decode() (runtime.Object, error) {
 	obj := o.Codec.newFunc()

@@ -177,3 +177,32 @@ func TestDecodeWithScheme(t *testing.T) {
 		})
 	}
 }
+
+// TestStoredSize: an object's StoredSize is the length of what etcd3
+// stores for it, the storage codec's bytes without a resourceVersion.
+func TestStoredSize(t *testing.T) {
+	codec := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
+	for _, tc := range []struct {
+		name string
+		pod  example.Pod
+		rv   string
+	}{
+		{name: "name only", pod: example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, rv: "7"},
+		{name: "long resourceVersion", pod: example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns"}}, rv: "18446744073709551615"},
+		{name: "ten digits", pod: example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", UID: "u",
+			Labels: map[string]string{"k": "v"}}, Spec: example.PodSpec{NodeName: "n"}}, rv: "1000000000"},
+		{name: "no resourceVersion", pod: example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stored, err := runtime.Encode(codec, &tc.pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := tc.pod.DeepCopy()
+			pod.ResourceVersion = tc.rv
+			if got := podObject(pod).StoredSize(); got != int64(len(stored)) {
+				t.Errorf("StoredSize = %d, want %d, the length of %s", got, len(stored), stored)
+			}
+		})
+	}
+}

@@ -40,6 +40,8 @@ type Store[E Event] struct {
 	tree *btree.BTree[*object.Object]
 	// rv is the resourceVersion of the current state.
 	rv uint64
+	// stored is the sum of the current objects' StoredSize.
+	stored int64
 	// indexes map index name → value → key → object, for the current state.
 	indexes map[string]map[string]map[string]*object.Object
 	// snapshots are ordered by rv, each the state after every event up to
@@ -64,10 +66,13 @@ func (s *Store[E]) Replace(objs []*object.Object, rv uint64) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.tree, s.indexes, s.rv = tree, indexes, rv
+	s.tree, s.indexes, s.rv, s.stored = tree, indexes, rv, 0
 	for _, o := range objs {
-		s.tree.ReplaceOrInsert(o)
+		if old, ok := s.tree.ReplaceOrInsert(o); ok {
+			s.stored -= old.StoredSize()
+		}
 		s.indexLocked(o, true)
+		s.stored += o.StoredSize()
 	}
 	s.snapshots = []Snapshot{{RV: rv, tree: s.tree.Clone()}}
 	s.changed = false
@@ -81,11 +86,16 @@ func (s *Store[E]) Apply(e E) {
 	if prev != nil {
 		s.indexLocked(prev, false)
 	}
+	var old *object.Object
 	if typ == watch.Deleted {
-		s.tree.Delete(prev)
+		old, _ = s.tree.Delete(prev)
 	} else {
-		s.tree.ReplaceOrInsert(cur)
+		old, _ = s.tree.ReplaceOrInsert(cur)
 		s.indexLocked(cur, true)
+		s.stored += cur.StoredSize()
+	}
+	if old != nil {
+		s.stored -= old.StoredSize()
 	}
 	s.rv = e.RV()
 	s.changed = true
@@ -214,20 +224,19 @@ func (s *Store[E]) Prune(rv uint64) {
 	}
 }
 
-// Stats returns the number of objects and of snapshots held.
-func (s *Store[E]) Stats() (objects, snapshots int) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.tree.Len(), len(s.snapshots)
+// Counts are what the store holds.
+type Counts struct {
+	// Objects is the number of current objects, and Stored the sum of their
+	// StoredSize: what etcd holds for them.
+	Objects int
+	Stored  int64
+	// Snapshots is the number of snapshots held.
+	Snapshots int
 }
 
-// Keys returns every current key, for etcd3's size estimation.
-func (s *Store[E]) Keys() []string {
-	snap := s.Latest()
-	keys := make([]string, 0, snap.Len())
-	snap.Scan("", true, "", func(o *object.Object) bool {
-		keys = append(keys, o.Key)
-		return true
-	})
-	return keys
+// Counts returns what the store holds.
+func (s *Store[E]) Counts() Counts {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return Counts{Objects: s.tree.Len(), Stored: s.stored, Snapshots: len(s.snapshots)}
 }

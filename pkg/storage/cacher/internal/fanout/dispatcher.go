@@ -341,6 +341,7 @@ func (d *Dispatcher) Register(w *Watcher, start Start) (watch.Interface, error) 
 			// watch-list reads its own objects, not every object.
 			init.objs, _, init.indexed = d.store.ByIndex(storage.FieldIndex(d.pres.trigger), w.place.value)
 		}
+		w.sizeFor(init)
 		d.startCatchUpLocked(w, init)
 	case start.AtHead:
 		w.cursor = head

@@ -20,6 +20,7 @@ import (
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
@@ -501,5 +502,48 @@ func TestBookmarksShareOneEncoding(t *testing.T) {
 	d.mu.Unlock()
 	if rv := objecttest.DecodedPod(t, later).ResourceVersion; later == objs[0] || rv != "43" {
 		t.Fatalf("the bookmark at 43 is %v at %s", later == objs[0], rv)
+	}
+}
+
+// TestChannelSizedForInitialEvents: a watcher with more initial events
+// than its buffer gets a channel with room for them, up to
+// initialBuffer; any other keeps its buffer.
+func TestChannelSizedForInitialEvents(t *testing.T) {
+	onNode := storage.SelectionPredicate{Label: labels.Everything(), Field: fields.OneTermEqualSelector("spec.nodeName", "node-a")}
+	for _, tc := range []struct {
+		name      string
+		objects   int
+		key       string
+		recursive bool
+		pred      storage.SelectionPredicate
+		start     Start
+		want      int
+	}{
+		{name: "more than initialBuffer", objects: 300, key: "/pods/", recursive: true, pred: storage.Everything, start: Start{Initial: true}, want: initialBuffer},
+		{name: "more than the buffer", objects: 20, key: "/pods/", recursive: true, pred: storage.Everything, start: Start{Initial: true}, want: 20},
+		{name: "fewer than the buffer", objects: 5, key: "/pods/", recursive: true, pred: storage.Everything, start: Start{Initial: true}, want: 10},
+		{name: "one key", objects: 300, key: "/pods/ns/p7", pred: storage.Everything, start: Start{Initial: true}, want: 10},
+		{name: "other namespace", objects: 300, key: "/pods/other/", recursive: true, pred: storage.Everything, start: Start{Initial: true}, want: 10},
+		{name: "trigger index", objects: 300, key: "/pods/", recursive: true, pred: onNode, start: Start{Initial: true}, want: 30},
+		{name: "no initial events", objects: 300, key: "/pods/", recursive: true, pred: storage.Everything, start: Start{AtHead: true}, want: 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newTestDispatcher(1000)
+			d.store = store.New[*Event](map[string]func(*object.Object) []string{
+				storage.FieldIndex("spec.nodeName"): func(o *object.Object) []string { return []string{o.Trigger} }})
+			d.Reset(nil, 1)
+			for i := range tc.objects {
+				// One in ten on node-a.
+				d.put(fmt.Sprintf("p%d", i), nil, fmt.Sprintf("node-%c", 'a'+i%10))
+			}
+			w := mustWatcher(t, d.Dispatcher, tc.key, tc.recursive, tc.pred, 10)
+			if _, err := d.Register(w, tc.start); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(w.Stop)
+			if got := cap(w.ResultChan()); got != tc.want {
+				t.Errorf("channel of %d events, want %d", got, tc.want)
+			}
+		})
 	}
 }

@@ -127,12 +127,72 @@ func (timeDecoder) Decode(ptr unsafe.Pointer, iter *jsoniter.Iterator) {
 	}
 }
 
+// fieldsDecoder decodes a metav1.FieldsV1, a managedFields entry's field
+// set, as its UnmarshalJSON does: a copy of the JSON object it is at. It
+// finds the object's end by matching brackets outside strings, where
+// jsoniter's skip, which hands UnmarshalJSON the object, reads each key of
+// the set into a new string. The object is not checked: the cache decodes
+// its own bytes, which the storage's encoder wrote, and the storage codec
+// keeps a decode only if it encodes back to the bytes etcd holds, which
+// encoding/json checks a FieldsV1's bytes to be JSON for. Anything else,
+// null or an object cut short, goes to UnmarshalJSON.
+type fieldsDecoder struct{}
+
+// Decode implements jsoniter.ValDecoder.
+func (fieldsDecoder) Decode(ptr unsafe.Pointer, iter *jsoniter.Iterator) {
+	f := (*metav1.FieldsV1)(ptr)
+	if raw, ok := jsonObject(iter); ok {
+		f.Raw = append(f.Raw[:0], raw...)
+		return
+	}
+	if err := f.UnmarshalJSON(iter.SkipAndReturnBytes()); err != nil {
+		iter.ReportError("decoding a metav1.FieldsV1", err.Error())
+	}
+}
+
+// jsonObject returns the JSON object iter is at, and moves past it, if
+// iter is at one that ends in its input.
+func jsonObject(iter *jsoniter.Iterator) ([]byte, bool) {
+	if !layout.ok || iter.WhatIsNext() != jsoniter.ObjectValue {
+		return nil, false
+	}
+	// WhatIsNext left head at the opening brace.
+	p := unsafe.Pointer(iter)
+	buf := *(*[]byte)(unsafe.Add(p, layout.buf))
+	head := (*int)(unsafe.Add(p, layout.head))
+	in := buf[*head:*(*int)(unsafe.Add(p, layout.tail))]
+	depth := 0
+	for i := 0; i < len(in); i++ {
+		switch in[i] {
+		case '{', '[':
+			depth++
+		case '}', ']':
+			if depth--; depth == 0 {
+				*head += i + 1
+				return in[:i+1], true
+			}
+		case '"':
+			// On to the string's closing quote, past escaped characters.
+			for i++; i < len(in) && in[i] != '"'; i++ {
+				if in[i] == '\\' {
+					i++
+				}
+			}
+		}
+	}
+	return nil, false
+}
+
 // plainStrings is the jsoniter extension that gives every string type
 // stringDecoder, except those that decode themselves and json.Number,
-// which jsoniter decodes from a number; and metav1.Time timeDecoder.
+// which jsoniter decodes from a number; metav1.Time timeDecoder, and
+// metav1.FieldsV1 fieldsDecoder.
 type plainStrings struct{ jsoniter.DummyExtension }
 
-var timeType = reflect2.TypeOf(metav1.Time{})
+var (
+	timeType   = reflect2.TypeOf(metav1.Time{})
+	fieldsType = reflect2.TypeOf(metav1.FieldsV1{})
+)
 
 var (
 	jsonUnmarshaler = reflect2.TypeOfPtr((*json.Unmarshaler)(nil)).Elem()
@@ -142,8 +202,11 @@ var (
 
 // CreateDecoder implements jsoniter.Extension.
 func (*plainStrings) CreateDecoder(typ reflect2.Type) jsoniter.ValDecoder {
-	if typ == timeType {
+	switch typ {
+	case timeType:
 		return timeDecoder{}
+	case fieldsType:
+		return fieldsDecoder{}
 	}
 	if typ.Kind() != reflect.String {
 		return nil

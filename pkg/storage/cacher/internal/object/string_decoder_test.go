@@ -21,6 +21,8 @@ type stringFields struct {
 	P    *metav1.Time      `json:"p,omitempty"`
 	N    json.Number       `json:"n,omitempty"`
 	Text textString        `json:"text,omitempty"`
+	F    metav1.FieldsV1   `json:"f"`
+	FP   *metav1.FieldsV1  `json:"fp,omitempty"`
 }
 
 // textString decodes itself, so plainStrings leaves it to jsoniter.
@@ -62,6 +64,12 @@ func TestPlainStrings(t *testing.T) {
 		{name: "a time as a number", json: `{"s":"","t":5}`},
 		{name: "json.Number", json: `{"s":"","t":null,"n":12.5}`},
 		{name: "a type that decodes itself", json: `{"s":"","t":null,"text":"x"}`},
+		{name: "a field set", json: `{"s":"","t":null,"f":{"f:metadata":{"f:labels":{".":{},"f:a":{}}},"f:spec":{"f:x":{}}},"fp":{}}`},
+		{name: "brackets and quotes in a field set's keys", json: `{"s":"","t":null,"f":{"k:{\"type\":\"}\"}":{"]":{}},"v:\"a\\\"":{}},"fp":{"f:[{":{}}}`},
+		{name: "a null field set", json: `{"s":"","t":null,"f":null,"fp":null}`},
+		{name: "a field set that is not an object", json: `{"s":"","t":null,"f":["f:a"],"fp":"x"}`},
+		{name: "a field set cut short", json: `{"s":"","t":null,"f":{"f:a":{}`},
+		{name: "a field set after whitespace", json: "{\"s\":\"\",\"t\":null,\"f\": \n{ \"f:a\" : {} } }"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -105,6 +113,35 @@ func TestPlainString(t *testing.T) {
 			iter.ReadString()
 		}
 		if rest := tt.json[*(*int)(unsafe.Add(unsafe.Pointer(iter), layout.head)):]; iter.Error == nil && rest != ",1" {
+			t.Errorf("after %q, the iterator is at %q, want \",1\"", tt.json, rest)
+		}
+		caseSensitive.ReturnIterator(iter)
+	}
+}
+
+// TestJSONObject checks where jsonObject finds an object's end, and that
+// the iterator goes on after it.
+func TestJSONObject(t *testing.T) {
+	tests := []struct {
+		json, want string
+		ok         bool
+	}{
+		{json: `{},1`, want: `{}`, ok: true},
+		{json: ` {"a":{"b":[1,{}]}},1`, want: `{"a":{"b":[1,{}]}}`, ok: true},
+		{json: `{"}":"{","]":"\"}"},1`, want: `{"}":"{","]":"\"}"}`, ok: true},
+		{json: `{"a\\":"\\"},1`, want: `{"a\\":"\\"}`, ok: true},
+		{json: `{"a":"}`},
+		{json: `{"a":{}`},
+		{json: `[{}],1`},
+		{json: `null,1`},
+	}
+	for _, tt := range tests {
+		iter := caseSensitive.BorrowIterator([]byte(tt.json))
+		got, ok := jsonObject(iter)
+		if string(got) != tt.want || ok != tt.ok {
+			t.Errorf("jsonObject(%q) = %q, %v; want %q, %v", tt.json, got, ok, tt.want, tt.ok)
+		}
+		if rest := tt.json[*(*int)(unsafe.Add(unsafe.Pointer(iter), layout.head)):]; ok && rest != ",1" {
 			t.Errorf("after %q, the iterator is at %q, want \",1\"", tt.json, rest)
 		}
 		caseSensitive.ReturnIterator(iter)

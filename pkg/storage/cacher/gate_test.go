@@ -46,9 +46,10 @@ func TestWatchInitializedAfterInitialEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	// The first event fills the buffer: the second is being sent.
+	// The channel has room for the three objects, sized for the initial
+	// events: once it is full, the bookmark that ends them is being sent.
 	if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, wait.ForeverTestTimeout, true,
-		func(context.Context) (bool, error) { return w.(*fanout.Watcher).Pending() == 1, nil }); err != nil {
+		func(context.Context) (bool, error) { return w.(*fanout.Watcher).Pending() == 3, nil }); err != nil {
 		t.Fatal("the watch-list never filled its buffer")
 	}
 	if signal.signaled() {

@@ -39,6 +39,7 @@ var (
 	scheme        = objecttest.Scheme
 	codecs        = objecttest.Codecs
 	examplev1Blob = objecttest.ExampleV1Blob
+	examplev1JSON = codecs.LegacyCodec(examplev1.SchemeGroupVersion)
 	podAttrs      = objecttest.PodAttrs
 )
 
@@ -110,7 +111,7 @@ func withCodec(c runtime.Codec) setupOption { return func(o *setupOptions) { o.c
 // whitespace, which only a JSON decoder tolerates.
 func withPrefixTransformer(o *setupOptions) {
 	o.transformer = newTestPrefixTransformer()
-	o.codec = codecs.LegacyCodec(examplev1.SchemeGroupVersion)
+	o.codec = examplev1JSON
 }
 
 // newTestEtcd starts an embedded etcd with a client, which it closes
@@ -479,8 +480,8 @@ func TestConformanceReads(t *testing.T) {
 		// estimate sizes from its own bytes instead of having etcd3 keep
 		// every key's size, and are exact for JSON. Over protobuf they count
 		// the resourceVersion field too (TestStatsOverProtobuf).
-		{name: "Stats", setup: []setupOption{withCodec(codecs.LegacyCodec(examplev1.SchemeGroupVersion))}, run: func(t *testing.T, c *testCacher) {
-			storagetesting.RunTestStats(ctx, t, c, codecs.LegacyCodec(examplev1.SchemeGroupVersion), identity.NewEncryptCheckTransformer(), true)
+		{name: "Stats", setup: []setupOption{withCodec(examplev1JSON)}, run: func(t *testing.T, c *testCacher) {
+			storagetesting.RunTestStats(ctx, t, c, examplev1JSON, identity.NewEncryptCheckTransformer(), true)
 		}},
 		{name: "KeySchema", run: func(t *testing.T, c *testCacher) { storagetesting.RunTestKeySchema(ctx, t, c) }},
 	}

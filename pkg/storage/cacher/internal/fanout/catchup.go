@@ -18,34 +18,6 @@ import (
 // log per lock acquisition.
 const catchUpBatch = 256
 
-// initialBuffer is the channel size of a watcher with that many initial
-// events or more. The watch handler flushes its response whenever the
-// channel is empty, and with watch-list compression (beta, on, in 1.37)
-// each flush ends a gzip stream that the next write starts again, with new
-// Huffman tables. With 10 events of room, the handler, which encodes
-// nothing for ours, emptied the channel every few events: gzip's flushes
-// were a third of the server's CPU while 100 watch-lists streamed, and the
-// last ended 2.4× later than with this (docs/benchmarks.md, *Watch-lists
-// flushed once a pause*). Filled in the sender's turn, this one empties at
-// its pauses. 256 events are 8 KiB, held only by watchers that stream at
-// least as many objects; upstream's Cacher gives watchers up to 1,000.
-const initialBuffer = 256
-
-// sizeFor gives a watcher that is not yet handed out a channel with room
-// for its initial events, up to initialBuffer, if its own has less.
-func (w *Watcher) sizeFor(init *initialEvents) {
-	n := len(init.objs)
-	if !init.indexed {
-		init.snap.Scan(w.key, w.recursive, "", func(*object.Object) bool {
-			n++
-			return n < initialBuffer
-		})
-	}
-	if n = min(n, initialBuffer); n > cap(w.ch) {
-		w.ch = make(chan watch.Event, n)
-	}
-}
-
 func (d *Dispatcher) parkLocked(w *Watcher, cursor uint64) {
 	d.synced.remove(w)
 	w.cursor = max(w.cursor, cursor)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"strconv"
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -74,16 +75,8 @@ func (o *Object) StoredSize() int64 {
 	if o.RV == 0 || o.Head == 0 {
 		return int64(len(o.Raw))
 	}
-	return int64(len(o.Raw) - len(`"resourceVersion":"",`) - digits(o.RV))
-}
-
-// digits is the number of decimal digits of n.
-func digits(n uint64) int {
-	d := 1
-	for ; n >= 10; n /= 10 {
-		d++
-	}
-	return d
+	var rv [20]byte
+	return int64(len(o.Raw) - len(`"resourceVersion":"",`) - len(strconv.AppendUint(rv[:0], o.RV, 10)))
 }
 
 // Decode returns a new decoded copy of the object, which the caller owns.

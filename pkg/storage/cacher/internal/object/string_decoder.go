@@ -46,11 +46,8 @@ func plainString(iter *jsoniter.Iterator) (string, bool) {
 		return "", false
 	}
 	// WhatIsNext left head at the opening quote.
-	p := unsafe.Pointer(iter)
-	buf := *(*[]byte)(unsafe.Add(p, layout.buf))
-	head := (*int)(unsafe.Add(p, layout.head))
-	tail := *(*int)(unsafe.Add(p, layout.tail))
-	rest := buf[*head+1 : tail]
+	in, head := position(iter)
+	rest := in[1:]
 	n := bytes.IndexByte(rest, '"')
 	if n < 0 || bytes.IndexByte(rest[:n], '\\') >= 0 || hasControl(rest[:n]) {
 		return "", false
@@ -79,6 +76,15 @@ func hasControl(b []byte) bool {
 		}
 	}
 	return false
+}
+
+// position returns what iter has yet to read of its input, and its head,
+// the index in its input where that begins. layout.ok must hold.
+func position(iter *jsoniter.Iterator) (in []byte, head *int) {
+	p := unsafe.Pointer(iter)
+	buf := *(*[]byte)(unsafe.Add(p, layout.buf))
+	head = (*int)(unsafe.Add(p, layout.head))
+	return buf[*head:*(*int)(unsafe.Add(p, layout.tail))], head
 }
 
 // iteratorLayout is where a jsoniter Iterator keeps its input and its
@@ -157,10 +163,7 @@ func jsonObject(iter *jsoniter.Iterator) ([]byte, bool) {
 		return nil, false
 	}
 	// WhatIsNext left head at the opening brace.
-	p := unsafe.Pointer(iter)
-	buf := *(*[]byte)(unsafe.Add(p, layout.buf))
-	head := (*int)(unsafe.Add(p, layout.head))
-	in := buf[*head:*(*int)(unsafe.Add(p, layout.tail))]
+	in, head := position(iter)
 	depth := 0
 	for i := 0; i < len(in); i++ {
 		switch in[i] {

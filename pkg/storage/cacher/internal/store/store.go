@@ -68,11 +68,7 @@ func (s *Store[E]) Replace(objs []*object.Object, rv uint64) {
 	defer s.mu.Unlock()
 	s.tree, s.indexes, s.rv, s.stored = tree, indexes, rv, 0
 	for _, o := range objs {
-		if old, ok := s.tree.ReplaceOrInsert(o); ok {
-			s.stored -= old.StoredSize()
-		}
-		s.indexLocked(o, true)
-		s.stored += o.StoredSize()
+		s.putLocked(o)
 	}
 	s.snapshots = []Snapshot{{RV: rv, tree: s.tree.Clone()}}
 	s.changed = false
@@ -86,19 +82,23 @@ func (s *Store[E]) Apply(e E) {
 	if prev != nil {
 		s.indexLocked(prev, false)
 	}
-	var old *object.Object
-	if typ == watch.Deleted {
-		old, _ = s.tree.Delete(prev)
-	} else {
-		old, _ = s.tree.ReplaceOrInsert(cur)
-		s.indexLocked(cur, true)
-		s.stored += cur.StoredSize()
-	}
-	if old != nil {
+	if typ != watch.Deleted {
+		s.putLocked(cur)
+	} else if old, ok := s.tree.Delete(prev); ok {
 		s.stored -= old.StoredSize()
 	}
 	s.rv = e.RV()
 	s.changed = true
+}
+
+// putLocked puts o in the tree, in place of the object at its key, and in
+// the indexes.
+func (s *Store[E]) putLocked(o *object.Object) {
+	if old, ok := s.tree.ReplaceOrInsert(o); ok {
+		s.stored -= old.StoredSize()
+	}
+	s.stored += o.StoredSize()
+	s.indexLocked(o, true)
 }
 
 // Advance moves the state's resourceVersion forward with no change, on a

@@ -37,7 +37,7 @@ func BenchmarkConcurrentLists(b *testing.B) {
 			n := profileLists(ctx, b, cfg, hc, base, kind, filepath.Join(dir, fmt.Sprintf("lists-%s-%s-%d.pprof", kind.name, filepath.Base(s.bin), s.proc.Pid())))
 			b.ReportMetric(float64(n), "profiled-lists")
 		}
-		reportListLatencies(ctx, b, hc, base, []listKind{{name: "consistent"}, tableList, v1alpha1List})
+		reportListLatencies(ctx, b, hc, base, s.proc.Pid(), []listKind{{name: "consistent"}, tableList, v1alpha1List})
 		_, rss := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
 		for _, run := range []struct {
 			version string

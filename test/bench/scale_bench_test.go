@@ -121,7 +121,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	b.ReportMetric(float64(heap)/float64(sz.objects), "heap-B/object")
 	b.ReportMetric(float64(rss)/(1<<20), "rss-MiB")
 
-	reportListLatencies(ctx, b, hc, base, []listKind{
+	reportListLatencies(ctx, b, hc, base, srv.proc.Pid(), []listKind{
 		{name: "consistent"},
 		{name: "rv0", query: "resourceVersion=0"},
 		{name: "paged500", query: "limit=500"},
@@ -207,18 +207,25 @@ var (
 )
 
 // reportListLatencies times each kind of list of base's objects, every
-// page, and reports its p50 and p99 as list-<name>-p50-ms and -p99-ms.
-func reportListLatencies(ctx context.Context, b *testing.B, hc *http.Client, base string, kinds []listKind) {
+// page, and reports its p50 and p99 as list-<name>-p50-ms and -p99-ms, and
+// the CPU the server pid spent on a list, on average, as list-<name>-cpu-ms:
+// on two shared cores a list's time moves with whatever else runs, its CPU
+// much less.
+func reportListLatencies(ctx context.Context, b *testing.B, hc *http.Client, base string, pid int, kinds []listKind) {
 	for _, l := range kinds {
 		var took []time.Duration
 		u := l.url(base)
-		for range cmp.Or(l.repeats, 20) {
+		repeats := cmp.Or(l.repeats, 20)
+		cpu0, _ := procStats(b, pid)
+		for range repeats {
 			t0 := time.Now()
 			listAll(ctx, b, hc, u, l.query, cmp.Or(l.accept, "application/json"))
 			took = append(took, time.Since(t0))
 		}
+		cpu1, _ := procStats(b, pid)
 		b.ReportMetric(ms(percentile(took, 0.5)), "list-"+l.name+"-p50-ms")
 		b.ReportMetric(ms(percentile(took, 0.99)), "list-"+l.name+"-p99-ms")
+		b.ReportMetric(ms((cpu1-cpu0)/time.Duration(repeats)), "list-"+l.name+"-cpu-ms")
 	}
 }
 

@@ -70,7 +70,7 @@ func newCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtim
 		// with the type taken from the header the cache's own bytes begin
 		// with, and unmarshalled in one pass (jsonDecoder).
 		s := jsonserializer.NewSerializerWithOptions(headerMeta{}, scheme, scheme, jsonserializer.SerializerOptions{})
-		d := &jsonDecoder{scheme: scheme, serializer: s, safe: map[reflect.Type]bool{}}
+		d := &jsonDecoder{api: sharing, scheme: scheme, serializer: s, safe: map[reflect.Type]bool{}}
 		c.decoder = versioning.NewDefaultingCodecForScheme(scheme, nil, d, nil, runtime.InternalGroupVersioner)
 	}
 	return c

@@ -38,6 +38,8 @@ import (
 // Anything else, and anything jsoniter fails on, goes to the serializer.
 // TestDecoderMatchesStorage compares the two over fuzzed objects.
 type jsonDecoder struct {
+	// api is caseSensitive, or sharing for bytes that never change.
+	api jsoniter.API
 	// scheme makes the versioned object for a header's kind.
 	scheme *runtime.Scheme
 	// serializer decodes what jsoniter does not.
@@ -53,11 +55,25 @@ type jsonDecoder struct {
 // caseSensitive is jsoniter matching keys case-sensitively, as every
 // Kubernetes decoder does since 1.20, with plain strings found fast
 // (stringDecoder).
-var caseSensitive = func() jsoniter.API {
+var caseSensitive = newAPI(false)
+
+// sharing is caseSensitive with a decoded object's strings sharing the
+// bytes decoded instead of copied from them: for the cache's own bytes,
+// which never change once built. At 10 KiB, a copy of the annotation was
+// most of a decode's time (BenchmarkDecode, jsoniter-shared beside
+// jsoniter).
+//
+// A decoded object then holds the cache's bytes, or the slab they lie in
+// (PackBytes), while it lives, as a list's items from upstream's Cacher
+// hold its cached objects' strings. What the cache decodes serves one
+// request, or one watch event's encodings (Caching), and is dropped.
+var sharing = newAPI(true)
+
+func newAPI(share bool) jsoniter.API {
 	api := jsoniter.Config{CaseSensitive: true, ValidateJsonRawMessage: true, ObjectFieldMustBeSimpleString: true}.Froze()
-	api.RegisterExtension(&plainStrings{})
+	api.RegisterExtension(&plainStrings{share: share})
 	return api
-}()
+}
 
 var _ runtime.Decoder = &jsonDecoder{}
 
@@ -85,7 +101,7 @@ func (d *jsonDecoder) decodeFast(data []byte, into runtime.Object) (runtime.Obje
 	if err != nil || !d.safeType(reflect.TypeOf(obj)) {
 		return nil, nil, false
 	}
-	if err := caseSensitive.Unmarshal(data, obj); err != nil {
+	if err := d.api.Unmarshal(data, obj); err != nil {
 		return nil, nil, false
 	}
 	return obj, gvk, true

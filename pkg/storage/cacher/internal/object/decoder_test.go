@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"reflect"
 	"testing"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/apitesting/fuzzer"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -26,7 +27,7 @@ import (
 func TestDecoderMatchesStorage(t *testing.T) {
 	codec := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
 	b := newIngest(codec, scheme)
-	fast := &jsonDecoder{scheme: scheme, safe: map[reflect.Type]bool{}}
+	fast := &jsonDecoder{api: sharing, scheme: scheme, safe: map[reflect.Type]bool{}}
 	f := fuzzer.FuzzerFor(fuzzer.MergeFuzzerFuncs(metafuzzer.Funcs, examplefuzzer.Funcs), rand.NewSource(27), codecs)
 	pods := []*example.Pod{edgePod()}
 	for range 500 {
@@ -74,7 +75,7 @@ func edgePod() *example.Pod {
 // parse. The serializer's answer, error included, is the decoder's.
 func TestDecoderFallsBack(t *testing.T) {
 	s := jsonserializer.NewSerializerWithOptions(headerMeta{}, scheme, scheme, jsonserializer.SerializerOptions{})
-	d := &jsonDecoder{scheme: scheme, serializer: s, safe: map[reflect.Type]bool{}}
+	d := &jsonDecoder{api: sharing, scheme: scheme, serializer: s, safe: map[reflect.Type]bool{}}
 	pod := []byte(`{"kind":"Pod","apiVersion":"example.apiserver.k8s.io/v1","metadata":{"name":"p"}}`)
 	tests := []struct {
 		name    string
@@ -131,6 +132,51 @@ func TestNoInterface(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := noInterface(reflect.TypeOf(tc.v), map[reflect.Type]bool{}); got != tc.want {
 				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDecodedStringsShareTheBytes checks that a decode of the cache's own
+// bytes shares their strings, which never change, and copies their field
+// sets, which are []byte a caller may change; and that the storage codec,
+// whose input is etcd's and not the cache's, copies both.
+func TestDecodedStringsShareTheBytes(t *testing.T) {
+	codec := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
+	o, err := newIngest(codec, scheme).Build(benchPod(64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := runtime.Encode(codec, benchPod(64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromStorage, _, err := NewStorageCodec(codec, scheme, func() runtime.Object { return &example.Pod{} }).Decode(stored, nil, &example.Pod{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromCache, err := o.Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		pod        *example.Pod
+		in         []byte
+		wantShared bool
+	}{
+		{name: "the cache's bytes", pod: fromCache.(*example.Pod), in: o.Raw, wantShared: true},
+		{name: "etcd's bytes", pod: fromStorage.(*example.Pod), in: stored},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for what, s := range map[string]string{"name": tc.pod.Name, "an annotation": tc.pod.Annotations["payload"],
+				"a label": tc.pod.Labels["group"], "a manager": tc.pod.ManagedFields[0].Manager} {
+				if got := within(unsafe.StringData(s), tc.in); got != tc.wantShared {
+					t.Errorf("%s shares the bytes decoded: %v, want %v", what, got, tc.wantShared)
+				}
+			}
+			if within(unsafe.SliceData(tc.pod.ManagedFields[0].FieldsV1.Raw), tc.in) {
+				t.Error("a field set shares the bytes decoded; its holder may change them")
 			}
 		})
 	}

@@ -29,7 +29,7 @@ import (
 // newFunc makes the resource's object, which Decode decodes into when its
 // caller gives none: the etcd3 store's watch does that for every event.
 func NewStorageCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtime.Object) runtime.Codec {
-	fast := &jsonDecoder{scheme: scheme, serializer: notDecoded{}, safe: map[reflect.Type]bool{}}
+	fast := &jsonDecoder{api: caseSensitive, scheme: scheme, serializer: notDecoded{}, safe: map[reflect.Type]bool{}}
 	c := &storageCodec{Codec: codec,
 		fast: versioning.NewDefaultingCodecForScheme(scheme, nil, fast, nil, runtime.InternalGroupVersioner)}
 	if newFunc != nil {

@@ -3,9 +3,11 @@ package object
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"unsafe"
 
+	jsoniter "github.com/json-iterator/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	sigsjson "sigs.k8s.io/json"
@@ -35,13 +37,17 @@ func (s *textString) UnmarshalText(b []byte) error {
 
 // TestPlainStrings decodes with jsoniter as the cache does, and with the
 // storage serializer's decoder, and wants the same value, or an error
-// from both.
+// from both. The one deliberate difference: sharing does not look for raw
+// control characters, which no JSON encoder writes, and so the cache's own
+// bytes never hold; it decodes them as they are.
 func TestPlainStrings(t *testing.T) {
 	if !layout.ok {
 		t.Fatal("jsoniter's Iterator has changed: every string goes to ReadString")
 	}
 	tests := []struct {
 		name, json string
+		// control is whether a string holds a raw control character.
+		control bool
 	}{
 		{name: "plain", json: `{"s":"abc","uid":"u-1","m":{"k":"v","":""},"l":["x","y"],"t":"2026-11-26T08:00:00Z"}`},
 		{name: "empty", json: `{"s":"","t":null}`},
@@ -49,10 +55,10 @@ func TestPlainStrings(t *testing.T) {
 		{name: "an escaped quote", json: `{"s":"a\"b","m":{"k\"":"v\""},"t":null}`},
 		{name: "an escaped backslash before the end", json: `{"s":"a\\","l":["\\"],"t":null}`},
 		{name: "unicode escapes", json: `{"s":"\u003cb\u003e\u2028","t":null}`},
-		{name: "a control character", json: "{\"s\":\"a\x01b\",\"t\":null}"},
-		{name: "a tab", json: "{\"s\":\"a\tb\",\"t\":null}"},
-		{name: "a control character after the first 8 bytes", json: "{\"s\":\"abcdefghij\x1f\",\"t\":null}"},
-		{name: "a control character in the first 8 bytes of 10", json: "{\"s\":\"\x01bcdefghij\",\"t\":null}"},
+		{name: "a control character", json: "{\"s\":\"a\x01b\",\"t\":null}", control: true},
+		{name: "a tab", json: "{\"s\":\"a\tb\",\"t\":null}", control: true},
+		{name: "a control character after the first 8 bytes", json: "{\"s\":\"abcdefghij\x1f\",\"t\":null}", control: true},
+		{name: "a control character in the first 8 bytes of 10", json: "{\"s\":\"\x01bcdefghij\",\"t\":null}", control: true},
 		{name: "null string", json: `{"s":null,"t":null}`},
 		{name: "whitespace", json: "{ \"s\" : \"a\" , \"t\" :\n\"2026-11-26T08:00:00+02:00\" }"},
 		{name: "unterminated", json: `{"s":"abc`},
@@ -71,52 +77,85 @@ func TestPlainStrings(t *testing.T) {
 		{name: "a field set cut short", json: `{"s":"","t":null,"f":{"f:a":{}`},
 		{name: "a field set after whitespace", json: "{\"s\":\"\",\"t\":null,\"f\": \n{ \"f:a\" : {} } }"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var got, want stringFields
-			gotErr := caseSensitive.Unmarshal([]byte(tt.json), &got)
-			wantErr := sigsjson.UnmarshalCaseSensitivePreserveInts([]byte(tt.json), &want)
-			if (gotErr != nil) != (wantErr != nil) {
-				t.Fatalf("jsoniter: %v; the serializer's decoder: %v", gotErr, wantErr)
-			}
-			if wantErr == nil && !reflect.DeepEqual(got, want) {
-				t.Fatalf("jsoniter decoded\n%#v\nthe serializer's decoder\n%#v", got, want)
-			}
-		})
+	for _, api := range []struct {
+		name string
+		api  jsoniter.API
+	}{{"copied", caseSensitive}, {"shared", sharing}} {
+		for _, tt := range tests {
+			t.Run(api.name+"/"+tt.name, func(t *testing.T) {
+				var got, want stringFields
+				gotErr := api.api.Unmarshal([]byte(tt.json), &got)
+				wantErr := sigsjson.UnmarshalCaseSensitivePreserveInts([]byte(tt.json), &want)
+				if tt.control && api.api == sharing {
+					if wantErr == nil || gotErr != nil || !strings.ContainsFunc(got.S, func(r rune) bool { return r < 0x20 }) {
+						t.Fatalf("shared: %v, %q; the serializer's decoder: %v; want the raw control character kept", gotErr, got.S, wantErr)
+					}
+					return
+				}
+				if (gotErr != nil) != (wantErr != nil) {
+					t.Fatalf("jsoniter: %v; the serializer's decoder: %v", gotErr, wantErr)
+				}
+				if wantErr == nil && !reflect.DeepEqual(got, want) {
+					t.Fatalf("jsoniter decoded\n%#v\nthe serializer's decoder\n%#v", got, want)
+				}
+			})
+		}
 	}
 }
 
-// TestPlainString checks which strings take the fast path, and that
-// the iterator goes on after them.
+// TestPlainString checks which strings take the fast path, that the
+// iterator goes on after them, and that they share the input's bytes only
+// when asked to.
 func TestPlainString(t *testing.T) {
 	tests := []struct {
 		json, want string
 		ok         bool
+		// control: shared, the string is read as it is.
+		control bool
 	}{
 		{json: `"abc",1`, want: "abc", ok: true},
 		{json: ` "",1`, want: "", ok: true},
 		{json: "\"é\u2028🚀\",1", want: "é\u2028🚀", ok: true},
 		{json: `"a\"b",1`},
 		{json: `"a\\",1`},
-		{json: "\"a\x1fb\",1"},
+		// Shared, a control character is the cache's bytes' as they are
+		// (TestPlainStrings).
+		{json: "\"a\x1fb\",1", want: "a\x1fb", control: true},
 		{json: `null,1`},
 		{json: `"abc`},
 	}
-	for _, tt := range tests {
-		iter := caseSensitive.BorrowIterator([]byte(tt.json))
-		got, ok := plainString(iter)
-		if got != tt.want || ok != tt.ok {
-			t.Errorf("plainString(%q) = %q, %v; want %q, %v", tt.json, got, ok, tt.want, tt.ok)
+	for _, share := range []bool{false, true} {
+		for _, tt := range tests {
+			in := []byte(tt.json)
+			iter := caseSensitive.BorrowIterator(in)
+			got, ok := plainString(iter, share)
+			want, wantOK := tt.want, tt.ok || (share && tt.control)
+			if !wantOK {
+				want = ""
+			}
+			if got != want || ok != wantOK {
+				t.Errorf("plainString(%q, %v) = %q, %v; want %q, %v", tt.json, share, got, ok, want, wantOK)
+			}
+			if shared := got != "" && within(unsafe.StringData(got), in); shared != share && got != "" {
+				t.Errorf("plainString(%q, %v) shares the input: %v", tt.json, share, shared)
+			}
+			if !ok {
+				// ReadString decodes it, from where it began.
+				iter.ReadString()
+			}
+			if rest := tt.json[*(*int)(unsafe.Add(unsafe.Pointer(iter), layout.head)):]; iter.Error == nil && rest != ",1" {
+				t.Errorf("after %q, the iterator is at %q, want \",1\"", tt.json, rest)
+			}
+			caseSensitive.ReturnIterator(iter)
 		}
-		if !ok {
-			// ReadString decodes it, from where it began.
-			iter.ReadString()
-		}
-		if rest := tt.json[*(*int)(unsafe.Add(unsafe.Pointer(iter), layout.head)):]; iter.Error == nil && rest != ",1" {
-			t.Errorf("after %q, the iterator is at %q, want \",1\"", tt.json, rest)
-		}
-		caseSensitive.ReturnIterator(iter)
 	}
+}
+
+// within reports whether p points into b.
+func within(p *byte, b []byte) bool {
+	at := uintptr(unsafe.Pointer(p))
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return at >= start && at < start+uintptr(len(b))
 }
 
 // TestJSONObject checks where jsonObject finds an object's end, and that

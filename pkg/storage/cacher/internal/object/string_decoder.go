@@ -130,7 +130,9 @@ type timeDecoder struct{}
 func (timeDecoder) Decode(ptr unsafe.Pointer, iter *jsoniter.Iterator) {
 	t := (*metav1.Time)(ptr)
 	// The string is not kept: time.Parse copies what it keeps of its input
-	// (a zone's name), so it may share the input's bytes.
+	// (a zone's name), so it may share the input's bytes; and it rejects a
+	// control character, which sharing does not look for, as the
+	// serializer does.
 	if s, ok := plainString(iter, true); ok {
 		pt, err := time.Parse(time.RFC3339, s)
 		if err != nil {

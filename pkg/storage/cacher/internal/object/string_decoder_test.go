@@ -68,6 +68,9 @@ func TestPlainStrings(t *testing.T) {
 		{name: "an escaped time", json: `{"s":"","t":"2026-11-26T08:00:00\u005a"}`},
 		{name: "a time that is not RFC 3339", json: `{"s":"","t":"yesterday"}`},
 		{name: "a time as a number", json: `{"s":"","t":5}`},
+		// Both configs' time decoder reads it without looking for control
+		// characters; time.Parse rejects it.
+		{name: "a control character in a time", json: "{\"s\":\"\",\"t\":\"2026-11-26T08:00:00\x01Z\"}"},
 		{name: "json.Number", json: `{"s":"","t":null,"n":12.5}`},
 		{name: "a type that decodes itself", json: `{"s":"","t":null,"text":"x"}`},
 		{name: "a field set", json: `{"s":"","t":null,"f":{"f:metadata":{"f:labels":{".":{},"f:a":{}}},"f:spec":{"f:x":{}}},"fp":{}}`},

@@ -54,7 +54,7 @@ func (d *testDispatcher) put(name string, lbls map[string]string, node string) {
 	if prev != nil {
 		typ = watch.Modified
 	}
-	d.Process(&Event{Type: typ, Key: o.Key, Rev: d.rv, Cur: o, Prev: prev, Seen: d.clock.Now()})
+	d.Process(&Event{Type: typ, Key: o.Key, Rev: d.rv, Cur: o, Prev: prev, Seen: d.clock.Now().UnixNano()})
 }
 
 func (d *testDispatcher) del(name string) {
@@ -63,7 +63,7 @@ func (d *testDispatcher) del(name string) {
 	gone := prev.DeepCopyObject().(*example.Pod)
 	gone.ResourceVersion = fmt.Sprint(d.rv)
 	cur := objecttest.PodObject(gone)
-	d.Process(&Event{Type: watch.Deleted, Key: prev.Key, Rev: d.rv, Cur: cur, Prev: prev, Seen: d.clock.Now()})
+	d.Process(&Event{Type: watch.Deleted, Key: prev.Key, Rev: d.rv, Cur: cur, Prev: prev, Seen: d.clock.Now().UnixNano()})
 }
 
 func (d *testDispatcher) watch(t *testing.T, pred storage.SelectionPredicate, buffer int) *Watcher {

@@ -1,7 +1,7 @@
 package fanout
 
 import (
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/watch"
@@ -31,24 +31,27 @@ type Event struct {
 	Cur *object.Object
 	// Prev is the state before the change; nil for ADDED.
 	Prev *object.Object
-	// Seen is when ingest saw the event; the log keeps it for the history window.
-	Seen time.Time
+	// Seen is when ingest saw the event, in Unix nanoseconds of the
+	// cache's clock; the log keeps it for the history window. Not a
+	// time.Time: its 24 bytes and a sync.Once for leaving made the event
+	// 128 bytes, not 96 (docs/architecture.md). The window is a duration
+	// between wall times and needs no monotonic reading.
+	Seen int64
 	// Decoded is when the etcd3 store decoded the event from etcd's watch,
 	// the start of its dispatch latency, and Received when ingest took it,
 	// in Unix nanoseconds of the real clock; zero when the store did not say.
 	Decoded, Received int64
 
-	// leaving is prev at this event's resourceVersion, built once for the
-	// watchers this event moves out of their selector.
-	leavingOnce sync.Once
-	leaving     *object.Caching
+	// leaving is prev at this event's resourceVersion, built for the
+	// watchers this event moves out of their selector by the first of them.
+	leaving atomic.Pointer[object.Caching]
 }
 
 // RV is the event's resourceVersion, for the history.
 func (e *Event) RV() uint64 { return e.Rev }
 
 // Recorded is when ingest saw the event, for the history window.
-func (e *Event) Recorded() time.Time { return e.Seen }
+func (e *Event) Recorded() time.Time { return time.Unix(0, e.Seen) }
 
 // Change is the event's type and the object versions after and before it,
 // for the store.
@@ -94,15 +97,21 @@ func (e *Event) forWatcher(f *Filter, v storage.Versioner, pr *Presenter, m *eve
 }
 
 func (e *Event) leavingObject(v storage.Versioner, pr *Presenter) *object.Caching {
-	e.leavingOnce.Do(func() {
-		o, err := e.Prev.At(v, e.Rev)
-		if err != nil {
-			// Only objects that cannot be decoded fail here, and ingest keeps none.
-			klog.ErrorS(err, "Cannot set the resourceVersion of a DELETED event", "key", e.Key)
-			e.leaving = pr.caching(e.Prev)
-			return
-		}
-		e.leaving = object.NewCaching(o)
-	})
-	return e.leaving
+	if co := e.leaving.Load(); co != nil {
+		return co
+	}
+	// Watchers that reach it at once may each build it: the same bytes,
+	// and the first stored is what every one of them gets.
+	var co *object.Caching
+	if o, err := e.Prev.At(v, e.Rev); err != nil {
+		// Only objects that cannot be decoded fail here, and ingest keeps none.
+		klog.ErrorS(err, "Cannot set the resourceVersion of a DELETED event", "key", e.Key)
+		co = pr.caching(e.Prev)
+	} else {
+		co = object.NewCaching(o)
+	}
+	if !e.leaving.CompareAndSwap(nil, co) {
+		co = e.leaving.Load()
+	}
+	return co
 }

@@ -93,7 +93,7 @@ func (f *objectFields) Get(name string) string {
 			return f.o.Trigger
 		case name == object.NameField:
 			// Every resource's attributes hold the object's name.
-			return f.o.Name
+			return f.o.Name()
 		}
 	}
 	return f.compute()[name]
@@ -104,11 +104,12 @@ func (f *objectFields) compute() fields.Set {
 		return f.set
 	}
 	f.done = true
-	f.set = make(fields.Set, len(f.o.Fields)/2+2)
-	for i := 0; i+1 < len(f.o.Fields); i += 2 {
-		f.set[f.o.Fields[i]] = f.o.Fields[i+1]
+	pairs := f.o.Fields()
+	f.set = make(fields.Set, len(pairs)/2+2)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		f.set[pairs[i]] = pairs[i+1]
 	}
-	f.set[object.NameField] = f.o.Name
+	f.set[object.NameField] = f.o.Name()
 	if f.pr.trigger != "" {
 		f.set[f.pr.trigger] = f.o.Trigger
 	}

@@ -161,7 +161,7 @@ func (x *watcherIndex) lookup(e *Event) []*watcherSet {
 			x.addSet(x.sets[byTrigger][o.Trigger])
 		}
 		if len(x.sets[byName]) > 0 {
-			x.addSet(x.sets[byName][o.Name])
+			x.addSet(x.sets[byName][o.Name()])
 		}
 		if byLabel := x.sets[byLabel]; len(byLabel) > 0 {
 			for k, v := range o.Labels {

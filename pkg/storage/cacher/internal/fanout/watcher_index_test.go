@@ -77,7 +77,8 @@ func TestWatcherIndexLookup(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ShardedListAndWatch, true)
 	d := newTestDispatcher(8)
 	obj := func(key, name, trigger, uid, ns string, lbls labels.Set) *object.Object {
-		o := &object.Object{Key: key, Name: name, Trigger: trigger, Labels: lbls}
+		o := &object.Object{Key: key, Trigger: trigger, Labels: lbls}
+		o.SetName(name)
 		o.Hashes[shard.ByUID], o.Hashes[shard.ByNamespace] = shard.Hash(uid), shard.Hash(ns)
 		return o
 	}

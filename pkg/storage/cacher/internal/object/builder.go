@@ -83,36 +83,33 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s: %w", key, err)
 	}
-	o := &Object{Key: key, Name: nameIn(key, m.GetName()), Raw: raw, Head: TypeHeader(raw), Codec: b.codec, RV: rv}
+	o := &Object{Key: key, Raw: raw, Head: TypeHeader(raw), Codec: b.codec, RV: rv}
 	if len(l) > 0 {
 		o.Labels = b.intern.labels(l)
 	}
 	if b.cfg.TriggerField != "" {
 		o.Trigger = b.cfg.IndexerFuncs[b.cfg.TriggerField](obj)
 	}
-	o.Fields = b.intern.fields(f, b.cfg.TriggerField)
+	o.attrs = b.intern.fields(f, b.cfg.TriggerField)
 	o.Hashes[shard.ByUID] = shard.Hash(string(m.GetUID()))
 	o.Hashes[shard.ByNamespace] = shard.Hash(m.GetNamespace())
 	if len(b.indexers) > 0 {
-		o.Indexed = make([][]string, len(b.indexers))
+		var a attrs
+		if o.attrs != nil {
+			a = *o.attrs // shared: not to be changed
+		}
+		a.indexed = make([][]string, len(b.indexers))
 		for i, ix := range b.indexers {
 			values, err := ix.fn(obj)
 			if err != nil {
 				klog.ErrorS(err, "Indexer failed", "index", ix.name, "key", key)
 			}
-			o.Indexed[i] = values
+			a.indexed[i] = values
 		}
+		o.attrs = &a
 	}
+	o.SetName(m.GetName())
 	return o, nil
-}
-
-// nameIn returns name, as the substring of key that ends it if there is
-// one, so that the object keeps no second copy.
-func nameIn(key, name string) string {
-	if strings.HasSuffix(key, "/"+name) {
-		return key[len(key)-len(name):]
-	}
-	return name
 }
 
 // namedIndexer is one of BuilderConfig.Indexers.
@@ -144,7 +141,12 @@ func extraIndexers(cfg BuilderConfig) []namedIndexer {
 func (b *Builder) IndexFuncs() map[string]func(*Object) []string {
 	fns := map[string]func(*Object) []string{}
 	for i, ix := range b.indexers {
-		fns[ix.name] = func(o *Object) []string { return o.Indexed[i] }
+		fns[ix.name] = func(o *Object) []string {
+			if o.attrs == nil || i >= len(o.attrs.indexed) {
+				return nil
+			}
+			return o.attrs.indexed[i]
+		}
 	}
 	if b.cfg.TriggerField != "" {
 		fns[storage.FieldIndex(b.cfg.TriggerField)] = func(o *Object) []string { return []string{o.Trigger} }

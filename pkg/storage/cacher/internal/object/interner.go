@@ -29,7 +29,7 @@ type interner struct {
 	// labelSets and fieldSets are whole label sets and field lists, by a
 	// key spelling out their contents (see keyString).
 	labelSets map[string]labels.Set
-	fieldSets map[string][]string
+	fieldSets map[string]*attrs
 	// key is scratch space for the keys of the sets.
 	key []byte
 	// bytes estimates what the tables hold; budget bounds it.
@@ -37,7 +37,7 @@ type interner struct {
 }
 
 func newInterner(budget int64) *interner {
-	return &interner{strings: map[string]string{}, labelSets: map[string]labels.Set{}, fieldSets: map[string][]string{}, budget: budget}
+	return &interner{strings: map[string]string{}, labelSets: map[string]labels.Set{}, fieldSets: map[string]*attrs{}, budget: budget}
 }
 
 // Labels returns the shared label set equal to l: a copy of l, with its
@@ -64,10 +64,10 @@ func (in *interner) labels(l labels.Set) labels.Set {
 	return shared
 }
 
-// Fields returns f but the name and the trigger field, which the object
-// keeps apart, as sorted name and value pairs, shared with every object
-// that has the same; nil if there are none.
-func (in *interner) fields(f fields.Set, trigger string) []string {
+// Fields returns the attrs that hold f but the name and the trigger field,
+// which the object keeps apart, as sorted name and value pairs, shared with
+// every object that has the same; nil if there are none.
+func (in *interner) fields(f fields.Set, trigger string) *attrs {
 	names := make([]string, 0, len(f))
 	for name := range f {
 		if name != NameField && name != trigger {
@@ -84,11 +84,12 @@ func (in *interner) fields(f fields.Set, trigger string) []string {
 	if shared, ok := in.fieldSets[string(in.key)]; ok {
 		return shared
 	}
-	shared := make([]string, 0, 2*len(names))
+	pairs := make([]string, 0, 2*len(names))
 	for _, name := range names {
-		shared = append(shared, in.str(name), in.str(f[name]))
+		pairs = append(pairs, in.str(name), in.str(f[name]))
 	}
-	if in.add(int64(len(in.key)) + 48 + 32*int64(len(names))) {
+	shared := &attrs{fields: pairs}
+	if in.add(int64(len(in.key)) + 112 + 32*int64(len(names))) {
 		in.fieldSets[string(in.key)] = shared
 	}
 	return shared

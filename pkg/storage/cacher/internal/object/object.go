@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"sync/atomic"
 
@@ -29,33 +30,83 @@ import (
 // ListItem gives its bytes to a list.
 type Object struct {
 	Key string
-	// Name is the object's metadata.Name: a substring of key when key ends
-	// in it, as the registry's keys do.
-	Name string
 	// Raw is the object at its storage version, as BuilderConfig.Codec encodes it,
 	// resourceVersion set: the bytes a compact JSON response at that
 	// version holds (codec.rawFor tells which responses those are).
 	Raw []byte
-	// Head is the length of raw's type header, {"kind":…,"apiVersion":…,
-	// which an item of a list does not have; 0 if raw has none.
-	Head uint16
 	// Codec decodes raw and knows which encoders write it.
 	Codec *Codec
 	// co is the object's Caching while it was sent recently (Object.Caching).
 	co     atomic.Pointer[Caching]
 	Labels labels.Set
-	// Fields are the selectable Fields other than the name and the trigger
-	// field, as name and value pairs, shared between objects that have the
-	// same (see interner.Fields).
-	Fields []string
-	// Indexed are the values of BuilderConfig.Indexers other than the trigger's,
-	// in the order of Builder.IndexFuncs; nil without such indexers.
-	Indexed [][]string
-	RV      uint64
+	// attrs are what selectors need beyond the fields above, shared between
+	// objects that need the same; nil if they need nothing more.
+	attrs *attrs
+	RV    uint64
 	// Trigger is the value of BuilderConfig.TriggerField, if any.
 	Trigger string
 	// Hashes are the shard Hashes of the object's UID and namespace.
 	Hashes shard.Hashes
+	// Head is the length of raw's type header, {"kind":…,"apiVersion":…,
+	// which an item of a list does not have; 0 if raw has none.
+	Head uint16
+	// nameAt is where the object's name starts in Key, which ends in it as
+	// the registry's keys do, or nameApart when attrs holds it.
+	nameAt uint16
+}
+
+// attrs are an object's selectable fields and index values, which not
+// every object has, behind one pointer. With the name kept as an offset
+// into the key, they take each version's record from 176 to 128 bytes
+// (docs/architecture.md, "The object as its bytes").
+type attrs struct {
+	// fields are the selectable fields other than the name and the trigger
+	// field, as name and value pairs, shared between objects that have the
+	// same (see interner.fields).
+	fields []string
+	// indexed are the values of BuilderConfig.Indexers other than the
+	// trigger's, in the order of Builder.IndexFuncs; nil without such indexers.
+	indexed [][]string
+	// name is the object's name when its key does not end in it.
+	name string
+}
+
+// nameApart is Object.nameAt for a name its key does not end in.
+const nameApart = math.MaxUint16
+
+// SetName makes name the object's name: a substring of its key when the
+// key ends in it, so that the object keeps no second copy. Only a builder
+// calls it, before anyone else holds the object.
+func (o *Object) SetName(name string) {
+	at := len(o.Key) - len(name)
+	if at >= 0 && at < nameApart && o.Key[at:] == name && (at == 0 || o.Key[at-1] == '/') {
+		o.nameAt = uint16(at)
+		return
+	}
+	o.nameAt = nameApart
+	a := attrs{name: name}
+	if o.attrs != nil {
+		a = *o.attrs
+		a.name = name
+	}
+	o.attrs = &a
+}
+
+// Name is the object's metadata.name.
+func (o *Object) Name() string {
+	if o.nameAt == nameApart {
+		return o.attrs.name
+	}
+	return o.Key[o.nameAt:]
+}
+
+// Fields are the object's selectable fields other than the name and the
+// trigger field, as name and value pairs.
+func (o *Object) Fields() []string {
+	if o.attrs == nil {
+		return nil
+	}
+	return o.attrs.fields
 }
 
 // objectOverhead is what an object holds beyond its bytes, for the
@@ -114,8 +165,8 @@ func (o *Object) At(v storage.Versioner, rv uint64) (*Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Object{Key: o.Key, Name: o.Name, Raw: raw, Head: TypeHeader(raw), Codec: o.Codec, Labels: o.Labels,
-		Fields: o.Fields, Indexed: o.Indexed, RV: rv, Trigger: o.Trigger, Hashes: o.Hashes}, nil
+	return &Object{Key: o.Key, nameAt: o.nameAt, Raw: raw, Head: TypeHeader(raw), Codec: o.Codec, Labels: o.Labels,
+		attrs: o.attrs, RV: rv, Trigger: o.Trigger, Hashes: o.Hashes}, nil
 }
 
 // ListItem returns the object as the items of a list encoded by encode,

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math"
+	"slices"
+	"strings"
 	"testing"
+	"unsafe"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -204,5 +208,44 @@ func TestStoredSize(t *testing.T) {
 				t.Errorf("StoredSize = %d, want %d, the length of %s", got, len(stored), stored)
 			}
 		})
+	}
+}
+
+// TestName checks that an object's name is kept as an offset into its key
+// when the key ends in it, and apart otherwise, without changing attrs
+// other objects share.
+func TestName(t *testing.T) {
+	shared := &attrs{fields: []string{"metadata.namespace", "ns"}}
+	for _, tc := range []struct {
+		key, name string
+		inKey     bool
+	}{
+		{"/registry/pods/ns/a", "a", true},
+		{"a", "a", true},
+		{"/registry/pods/ns/xa", "a", false},
+		{"/registry/pods/ns/a", "b", false},
+		{"/registry/pods/ns/", "", true},
+		{"/registry/pods/ns/a", "", false},
+		{"/" + strings.Repeat("k", math.MaxUint16) + "/a", "a", false},
+	} {
+		o := &Object{Key: tc.key, attrs: shared}
+		o.SetName(tc.name)
+		if got := o.Name(); got != tc.name {
+			t.Errorf("key %.30q: Name() = %q, want %q", tc.key, got, tc.name)
+		}
+		if inKey := o.attrs == shared; inKey != tc.inKey {
+			t.Errorf("key %.30q, name %q: kept in the key %v, want %v", tc.key, tc.name, inKey, tc.inKey)
+		}
+		if !slices.Equal(o.Fields(), shared.fields) || shared.name != "" {
+			t.Errorf("key %.30q, name %q: fields %q, shared name %q", tc.key, tc.name, o.Fields(), shared.name)
+		}
+	}
+}
+
+// TestRecordSize holds an object's record to Go's 128-byte size class: it
+// is kept for every version the cache holds (docs/architecture.md).
+func TestRecordSize(t *testing.T) {
+	if size := unsafe.Sizeof(Object{}); size > 128 {
+		t.Errorf("an Object takes %d bytes, more than 128", size)
 	}
 }

@@ -118,7 +118,7 @@ func (s *Source) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 		state[o.Key] = o
 	}
 	var events []*fanout.Event
-	now := s.cfg.Clock.Now()
+	now := s.cfg.Clock.Now().UnixNano()
 	handle := func(ev watch.Event) (End, bool) {
 		ev, _ = UnwrapRecordTime(ev)
 		switch ev.Type {

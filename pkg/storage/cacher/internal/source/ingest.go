@@ -60,7 +60,7 @@ func (s *Source) ingest(ev watch.Event, decoded time.Time) error {
 		return nil
 	}
 	s.cfg.Metrics.ResourceVersion(o.RV)
-	e := &fanout.Event{Key: o.Key, Rev: o.RV, Cur: o, Prev: prev, Seen: s.cfg.Clock.Now()}
+	e := &fanout.Event{Key: o.Key, Rev: o.RV, Cur: o, Prev: prev, Seen: s.cfg.Clock.Now().UnixNano()}
 	if !decoded.IsZero() {
 		// The dispatch latency compares real times, as the decode time is.
 		e.Decoded, e.Received = decoded.UnixNano(), time.Now().UnixNano()

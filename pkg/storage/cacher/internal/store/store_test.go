@@ -192,11 +192,13 @@ func TestScan(t *testing.T) {
 }
 
 // TestByIndex checks that the indexes follow adds, updates that change a
-// value, deletes and a replace.
+// value, deletes, events whose previous object is a copy, and a replace.
 func TestByIndex(t *testing.T) {
-	byName := map[string]func(*object.Object) []string{"name": func(o *object.Object) []string { return []string{o.Name} }}
+	byName := map[string]func(*object.Object) []string{"name": func(o *object.Object) []string { return []string{o.Name()} }}
 	named := func(key, name string, rv uint64) *object.Object {
-		return &object.Object{Key: key, Name: name, RV: rv}
+		o := &object.Object{Key: key, RV: rv}
+		o.SetName(name)
+		return o
 	}
 	s := New[*event](byName)
 	a1, b1 := named("/a", "n1", 1), named("/b", "n1", 1)
@@ -225,6 +227,20 @@ func TestByIndex(t *testing.T) {
 	}
 	if _, _, ok := s.ByIndex("missing", "x"); ok {
 		t.Error("an index the store does not have must say so")
+	}
+	// An event's previous object may be an equal copy of the one the store
+	// holds: what the store held leaves the index all the same.
+	s.Apply(&event{typ: watch.Modified, rv: 5, cur: named("/c", "n3", 5), prev: named("/c", "n2", 3)})
+	s.Apply(&event{typ: watch.Deleted, rv: 6, cur: named("/a", "n2", 6), prev: named("/a", "n2", 2)})
+	for value, want := range map[string][]string{"n2": nil, "n3": {"/c"}} {
+		objs, _, _ := s.ByIndex("name", value)
+		var got []string
+		for _, o := range objs {
+			got = append(got, o.Key)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("after events with copies: ByIndex(name, %s) = %q, want %q", value, got, want)
+		}
 	}
 	s.Replace([]*object.Object{named("/d", "n1", 9)}, 9)
 	if objs, _, _ := s.ByIndex("name", "n2"); len(objs) != 0 {

@@ -101,7 +101,7 @@ func DecodedPod(tb testing.TB, o runtime.Object) *example.Pod {
 // object's without decoding it, as a benchmark's consumer must not.
 func ObjectName(obj runtime.Object) string {
 	if co, ok := obj.(*object.Caching); ok {
-		return co.Cached().Name
+		return co.Cached().Name()
 	}
 	m, err := meta.Accessor(obj)
 	if err != nil {

@@ -298,6 +298,15 @@ func serverMemory(ctx context.Context, b *testing.B, hc *http.Client, host strin
 	return heap, rss
 }
 
+// liveHeap returns the heap the server's objects take, without the free
+// slots of the spans that hold them (go_memstats_heap_alloc_bytes): read
+// right after serverMemory's collection, what is live. The heap in use
+// less this is fragmentation, which moves with what else was allocated
+// beside the objects.
+func liveHeap(ctx context.Context, b *testing.B, hc *http.Client, host string) int64 {
+	return int64(scrapeValue(string(get(ctx, b, hc, host+"/metrics")), "go_memstats_heap_alloc_bytes"))
+}
+
 // unreturnedHeap returns the heap the server's Go runtime holds free and
 // has not returned to the system (idle minus released): memory a peak
 // left, which the RSS counts and the heap in use does not.

@@ -83,6 +83,7 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s: %w", key, err)
 	}
+	raw, key = keyInSlack(raw, key)
 	o := &Object{Key: key, Raw: raw, Head: TypeHeader(raw), Codec: b.codec, RV: rv}
 	if len(l) > 0 {
 		o.Labels = b.intern.labels(l)

@@ -2,37 +2,46 @@ package object
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"unsafe"
 )
 
-// TestPackBytes: packed objects keep their bytes, each cut to its length so
+// TestPackBytes: packed objects keep their bytes and keys, each cut to its length so
 // that nothing appends into a neighbour, side by side in slabs; large ones
 // stay where they are.
 func TestPackBytes(t *testing.T) {
 	var objs []*Object
 	var want [][]byte
-	for i, n := range []int{100, 2000, 10_000, slabSize/4 + 1, 5, 16_000, 16_000, 16_000, 16_000} {
+	for i, n := range []int{100, 2000, 10_000, slabSize/4 + 1, 5, 16_000, 16_000, 16_000, 15_990} {
 		raw := []byte(strings.Repeat(string(rune('a'+i)), n))
-		objs = append(objs, &Object{Raw: raw})
+		objs = append(objs, &Object{Raw: raw, Key: fmt.Sprintf("/k/%d", i)})
 		want = append(want, bytes.Clone(raw))
 	}
+	objs[4].Key = ""
 	large := objs[3].Raw
 	PackBytes(objs)
 	for i, o := range objs {
 		if !bytes.Equal(o.Raw, want[i]) || (i != 3 && cap(o.Raw) != len(o.Raw)) {
 			t.Errorf("object %d: %d bytes, capacity %d, equal %v", i, len(o.Raw), cap(o.Raw), bytes.Equal(o.Raw, want[i]))
 		}
+		if wantKey := fmt.Sprintf("/k/%d", i); i != 4 && o.Key != wantKey {
+			t.Errorf("object %d: key %q, want %q", i, o.Key, wantKey)
+		}
+		if i != 3 && i != 4 && unsafe.StringData(o.Key) != (*byte)(unsafe.Add(unsafe.Pointer(&o.Raw[0]), len(o.Raw))) {
+			t.Errorf("object %d: the key is not beside the bytes", i)
+		}
 	}
 	if &objs[3].Raw[0] != &large[0] {
 		t.Error("an object above a quarter slab was moved")
 	}
 	next := func(i, j int) bool {
-		return unsafe.Add(unsafe.Pointer(&objs[i].Raw[0]), len(objs[i].Raw)) == unsafe.Pointer(&objs[j].Raw[0])
+		return unsafe.Add(unsafe.Pointer(&objs[i].Raw[0]), len(objs[i].Raw)+len(objs[i].Key)) == unsafe.Pointer(&objs[j].Raw[0])
 	}
-	// Side by side, past the large one too, until a slab is full:
-	// 12,105 + 3 × 16,000 bytes fit in 64 KiB, a fourth 16,000 does not.
+	// Side by side with their keys, past the large one too, until a slab
+	// is full: 12,105 + 3 × 16,000 bytes and keys fit in 64 KiB, a fourth
+	// 15,990 and its key do not.
 	for _, pair := range [][2]int{{0, 1}, {1, 2}, {2, 4}, {4, 5}, {5, 6}, {6, 7}} {
 		if !next(pair[0], pair[1]) {
 			t.Errorf("objects %d and %d are not side by side", pair[0], pair[1])
@@ -40,5 +49,42 @@ func TestPackBytes(t *testing.T) {
 	}
 	if next(7, 8) {
 		t.Error("a full slab took another object")
+	}
+}
+
+// TestKeyInSlack checks that a key goes into the room after an object's
+// bytes when it fits, that the bytes end where they did, and that nothing
+// else is touched.
+func TestKeyInSlack(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		len, cap int
+		key      string
+		inSlack  bool
+	}{
+		{"fits", 1645, 1792, "/registry/fleet.example.com/assignments/ns-1/a-000001", true},
+		{"fits exactly", 10, 14, "/a/b", true},
+		{"one byte short", 10, 13, "/a/b", false},
+		{"no room", 16, 16, "/a/b", false},
+		{"no key", 10, 16, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := make([]byte, tc.len, tc.cap)
+			for i := range raw {
+				raw[i] = 'x'
+			}
+			key := strings.Clone(tc.key)
+			gotRaw, gotKey := keyInSlack(raw, key)
+			if gotKey != tc.key || len(gotRaw) != tc.len || cap(gotRaw) != tc.len || &gotRaw[0] != &raw[0] {
+				t.Fatalf("got %d bytes (capacity %d) and key %q", len(gotRaw), cap(gotRaw), gotKey)
+			}
+			if !bytes.Equal(gotRaw, bytes.Repeat([]byte("x"), tc.len)) {
+				t.Error("the bytes changed")
+			}
+			inSlack := tc.key != "" && tc.cap > tc.len && unsafe.StringData(gotKey) == &raw[:tc.cap][tc.len]
+			if inSlack != tc.inSlack {
+				t.Errorf("key in the slack: %v, want %v", inSlack, tc.inSlack)
+			}
+		})
 	}
 }

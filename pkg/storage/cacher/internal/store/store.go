@@ -43,8 +43,8 @@ type Store[E Event] struct {
 	// stored is the sum of the current objects' StoredSize.
 	stored int64
 	// indexes map index name → value → the current objects with it. A set
-	// of pointers, not a map by key: 8 bytes a slot against 24, about 18 B
-	// an object at 100,000 (docs/architecture.md).
+	// of pointers, not a map by key: 8-byte slots against 24, 8 B less an
+	// object (BenchmarkVersionCost, docs/architecture.md).
 	indexes map[string]map[string]map[*object.Object]struct{}
 	// snapshots are ordered by rv, each the state after every event up to
 	// its rv; changed is whether the tree changed since the last one.

@@ -21,10 +21,11 @@ import (
 // besides its bytes, by construction rather than through a server's heap,
 // where fragmentation and the process move by more than this: the record
 // with its key (object-B; the bytes' allocation is taken as their length
-// rounded up to its size class, where the key may also be), the store's entry and its index entry by the
-// trigger field, 100 values (store-B), and a history entry (event-B). Each
-// is the live heap it adds for 20,000 pods with an annotation of 1 KiB, as
-// bench-scale's objects have, after a collection, an object.
+// rounded up to its size class, where the key may also be), the store's
+// entry and its index entry by the trigger field, 100 values (store-B), and
+// a history entry (event-B). Each is the live heap it adds for 20,000 pods
+// with an annotation of 1 KiB, as bench-scale's objects have, after a
+// collection, an object.
 //
 //	go test ./pkg/storage/cacher/internal/fanout -run '^$' -bench VersionCost -benchtime 1x -count 3
 func BenchmarkVersionCost(b *testing.B) {

@@ -95,10 +95,7 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 	o.Hashes[shard.ByUID] = shard.Hash(string(m.GetUID()))
 	o.Hashes[shard.ByNamespace] = shard.Hash(m.GetNamespace())
 	if len(b.indexers) > 0 {
-		var a attrs
-		if o.attrs != nil {
-			a = *o.attrs // shared: not to be changed
-		}
+		a := o.ownAttrs()
 		a.indexed = make([][]string, len(b.indexers))
 		for i, ix := range b.indexers {
 			values, err := ix.fn(obj)
@@ -107,7 +104,6 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 			}
 			a.indexed[i] = values
 		}
-		o.attrs = &a
 	}
 	o.SetName(m.GetName())
 	return o, nil

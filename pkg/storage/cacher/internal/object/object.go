@@ -84,12 +84,18 @@ func (o *Object) SetName(name string) {
 		return
 	}
 	o.nameAt = nameApart
-	a := attrs{name: name}
+	o.ownAttrs().name = name
+}
+
+// ownAttrs gives the object attrs of its own, a copy of those it may share
+// with other objects, and returns them to be set. Only a builder calls it.
+func (o *Object) ownAttrs() *attrs {
+	var a attrs
 	if o.attrs != nil {
 		a = *o.attrs
-		a.name = name
 	}
 	o.attrs = &a
+	return &a
 }
 
 // Name is the object's metadata.name.

@@ -37,7 +37,10 @@ func TestPackBytes(t *testing.T) {
 		t.Error("an object above a quarter slab was moved")
 	}
 	next := func(i, j int) bool {
-		return unsafe.Add(unsafe.Pointer(&objs[i].Raw[0]), len(objs[i].Raw)+len(objs[i].Key)) == unsafe.Pointer(&objs[j].Raw[0])
+		// Addresses as numbers: the end of a slab's last object is one past
+		// its allocation, which checkptr forbids as a pointer.
+		end := uintptr(unsafe.Pointer(&objs[i].Raw[0])) + uintptr(len(objs[i].Raw)+len(objs[i].Key))
+		return end == uintptr(unsafe.Pointer(&objs[j].Raw[0]))
 	}
 	// Side by side with their keys, past the large one too, until a slab
 	// is full: 12,105 + 3 × 16,000 bytes and keys fit in 64 KiB, a fourth
@@ -87,4 +90,86 @@ func TestKeyInSlack(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNextSlab: the slabs a list's page is packed into lose little to Go's
+// rounding of a large allocation up to a page, whatever the objects'
+// length, and never more than filling fixed slabs of 64 KiB did.
+func TestNextSlab(t *testing.T) {
+	mixed := make([]int, 600)
+	for i := range mixed {
+		mixed[i] = 600 + (i*7919)%15_000
+	}
+	for _, tc := range []struct {
+		name    string
+		lens    []int // of an object's bytes and key
+		maxLost float64
+	}{
+		// 1 KiB of annotation and a key, as bench-scale's objects.
+		{"1,697 B", repeat(1_697, 600), 0.01},
+		// 10 KiB: five fill 64 KiB and leave 10,776 bytes.
+		{"10,952 B", repeat(10_952, 600), 0.05},
+		{"4,052 B", repeat(4_052, 600), 0.02},
+		// Four fill 57,352 bytes, eight past 7 pages: no run loses less
+		// than an eighth, as fixed slabs did.
+		{"14,338 B", repeat(14_338, 600), 0.15},
+		{"mixed", mixed, 0.05},
+		{"a quarter slab", repeat(slabSize/4, 600), 0},
+		{"large and small", []int{40_000, 100, 40_000, 200, 50_000}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := make([]*Object, len(tc.lens))
+			for i, n := range tc.lens {
+				objs[i] = &Object{Raw: make([]byte, n)}
+			}
+			var bytes, lost int
+			for rest := objs; len(rest) > 0; {
+				n, size := nextSlab(rest)
+				want := 0
+				for _, o := range rest[:n] {
+					want += packedLen(o)
+				}
+				if n < 1 || size != want || size > slabSize {
+					t.Fatalf("a slab of %d objects and %d bytes (theirs: %d)", n, size, want)
+				}
+				if size > largeAlloc {
+					lost += (size+pageSize-1)/pageSize*pageSize - size
+				}
+				bytes += size
+				rest = rest[n:]
+			}
+			if got := float64(lost) / float64(max(bytes, 1)); got > tc.maxLost || got > fixedSlabsLost(tc.lens) {
+				t.Errorf("%.1f%% of %d bytes lost to rounding, want at most %.1f%% and at most fixed slabs' %.1f%%",
+					100*got, bytes, 100*tc.maxLost, 100*fixedSlabsLost(tc.lens))
+			}
+		})
+	}
+}
+
+func repeat(n, count int) []int {
+	lens := make([]int, count)
+	for i := range lens {
+		lens[i] = n
+	}
+	return lens
+}
+
+// fixedSlabsLost is what filling slabs of slabSize one after another loses,
+// as PackBytes did until 2026-11-26.
+func fixedSlabsLost(lens []int) float64 {
+	var bytes, slabs, left int
+	for _, n := range lens {
+		if n > slabSize/4 {
+			continue
+		}
+		if n > left {
+			slabs, left = slabs+1, slabSize
+		}
+		left -= n
+		bytes += n
+	}
+	if bytes == 0 {
+		return 0
+	}
+	return float64(slabs*slabSize-bytes) / float64(bytes)
 }

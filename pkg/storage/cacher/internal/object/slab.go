@@ -30,11 +30,11 @@ func PackBytes(objs []*Object) {
 			if packedLen(o) == 0 {
 				continue
 			}
-			at, n := len(slab), len(o.Raw)
+			at, end := len(slab), len(slab)+len(o.Raw)
 			slab = append(append(slab, o.Raw...), o.Key...)
-			o.Raw = slab[at : at+n : at+n]
+			o.Raw = slab[at:end:end]
 			if len(o.Key) > 0 {
-				o.Key = unsafe.String(&slab[at+n], len(o.Key))
+				o.Key = unsafe.String(&slab[end], len(o.Key))
 			}
 		}
 		objs = objs[n:]

@@ -3,6 +3,7 @@ package object
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -106,15 +107,15 @@ func TestNextSlab(t *testing.T) {
 		maxLost float64
 	}{
 		// 1 KiB of annotation and a key, as bench-scale's objects.
-		{"1,697 B", repeat(1_697, 600), 0.01},
+		{"1,697 B", slices.Repeat([]int{1_697}, 600), 0.01},
 		// 10 KiB: five fill 64 KiB and leave 10,776 bytes.
-		{"10,952 B", repeat(10_952, 600), 0.05},
-		{"4,052 B", repeat(4_052, 600), 0.02},
+		{"10,952 B", slices.Repeat([]int{10_952}, 600), 0.05},
+		{"4,052 B", slices.Repeat([]int{4_052}, 600), 0.02},
 		// Four fill 57,352 bytes, eight past 7 pages: no run loses less
 		// than an eighth, as fixed slabs did.
-		{"14,338 B", repeat(14_338, 600), 0.15},
+		{"14,338 B", slices.Repeat([]int{14_338}, 600), 0.15},
 		{"mixed", mixed, 0.05},
-		{"a quarter slab", repeat(slabSize/4, 600), 0},
+		{"a quarter slab", slices.Repeat([]int{slabSize / 4}, 600), 0},
 		{"large and small", []int{40_000, 100, 40_000, 200, 50_000}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,7 +123,7 @@ func TestNextSlab(t *testing.T) {
 			for i, n := range tc.lens {
 				objs[i] = &Object{Raw: make([]byte, n)}
 			}
-			var bytes, lost int
+			var total, lost int
 			for rest := objs; len(rest) > 0; {
 				n, size := nextSlab(rest)
 				want := 0
@@ -135,23 +136,15 @@ func TestNextSlab(t *testing.T) {
 				if size > largeAlloc {
 					lost += (size+pageSize-1)/pageSize*pageSize - size
 				}
-				bytes += size
+				total += size
 				rest = rest[n:]
 			}
-			if got := float64(lost) / float64(max(bytes, 1)); got > tc.maxLost || got > fixedSlabsLost(tc.lens) {
+			if got := float64(lost) / float64(max(total, 1)); got > tc.maxLost || got > fixedSlabsLost(tc.lens) {
 				t.Errorf("%.1f%% of %d bytes lost to rounding, want at most %.1f%% and at most fixed slabs' %.1f%%",
-					100*got, bytes, 100*tc.maxLost, 100*fixedSlabsLost(tc.lens))
+					100*got, total, 100*tc.maxLost, 100*fixedSlabsLost(tc.lens))
 			}
 		})
 	}
-}
-
-func repeat(n, count int) []int {
-	lens := make([]int, count)
-	for i := range lens {
-		lens[i] = n
-	}
-	return lens
 }
 
 // fixedSlabsLost is what filling slabs of slabSize one after another loses,

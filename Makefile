@@ -148,7 +148,8 @@ bench-lists:
 
 ## bench-memory: the heap an object of 1 KiB takes once the cache holds 100,000, with and without
 ## history, and the time to ready after a restart, the servers taking turns over one etcd loaded once,
-## for MEMORY_ROUNDS rounds (a few minutes). MEMORY_ALT=path,… adds other server binaries.
+## for MEMORY_ROUNDS rounds (a few minutes). MEMORY_ALT=path,… adds other server binaries;
+## MEMORY_UPDATED=50 then updates half the objects and measures what the cache still holds.
 MEMORY_ROUNDS ?= 3
 bench-memory:
 	$(call turns-bench,BenchmarkObjectMemory,MEMORY,60m)

@@ -2,12 +2,21 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
 
 // BenchmarkObjectMemory measures what the cache holds an object in, and
@@ -28,9 +37,19 @@ import (
 // history (the last round's). MEMORY_OBJECTS (100,000) and MEMORY_PAYLOAD (1024 bytes an object) size it; MEMORY_ROUNDS (3) repeats it;
 // MEMORY_IMPLS and MEMORY_ALT pick the servers as WATCHLIST_IMPLS and
 // WATCHLIST_ALT do.
+//
+// MEMORY_UPDATED=<percent> then updates that share of the objects, picked
+// at random, and measures again (updated-*): what a cache that was listed
+// at once, and then only partly changed, still holds. The restart with no
+// history keeps at most one event in ours (--watch-cache-history-budget=1),
+// so that what the old versions leave held is what their neighbours in
+// memory pin. Upstream's cache keeps its own history of them, which no flag
+// empties: compare ours with ours.
 func BenchmarkObjectMemory(b *testing.B) {
 	l := newLoaded(b, "MEMORY", 100_000)
 	objects := l.objects
+	updated := min(envInt("MEMORY_UPDATED", 0), 100)
+	updates := 0
 	l.takeTurns(b, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
 		waitHistoryFilled(ctx, b, hc, cfg.Host)
 		heap, rss := serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
@@ -41,6 +60,9 @@ func BenchmarkObjectMemory(b *testing.B) {
 		s.stop(b)
 		warm := s.args
 		s.args = append(s.args[:len(s.args):len(s.args)], "--watch-cache-warm-start-revisions=0")
+		if updated > 0 {
+			s.args = append(s.args, "--watch-cache-history-budget=1")
+		}
 		defer func() { s.args = warm }()
 		t0 := time.Now()
 		s.start(b)
@@ -52,5 +74,45 @@ func BenchmarkObjectMemory(b *testing.B) {
 		b.ReportMetric(float64(rss)/(1<<20), "drained-rss-MiB")
 		b.ReportMetric(float64(unreturnedHeap(ctx, b, hc, cfg.Host))/(1<<20), "drained-unreturned-MiB")
 		saveHeapProfile(ctx, b, hc, cfg.Host, "MEMORY_HEAP_PROFILES", "drained-"+filepath.Base(s.bin)+".pb.gz")
+		if updated == 0 {
+			return
+		}
+		// Each server's turn writes a payload of its own letter, so that no
+		// update is a no-op on what an earlier turn wrote.
+		updates++
+		update(ctx, b, versioned.NewForConfigOrDie(cfg), objects, objects*updated/100, byte('a'+updates%26))
+		// A consistent list is served once the cache holds etcd's revision:
+		// every update.
+		get(ctx, b, hc, base+"?limit=1")
+		heap, _ = serverMemory(ctx, b, hc, cfg.Host, s.proc.Pid())
+		b.ReportMetric(float64(heap)/float64(objects), "updated-heap-B/object")
+		b.ReportMetric(float64(liveHeap(ctx, b, hc, cfg.Host))/float64(objects), "updated-live-B/object")
+		saveHeapProfile(ctx, b, hc, cfg.Host, "MEMORY_HEAP_PROFILES", "updated-"+filepath.Base(s.bin)+".pb.gz")
 	}, nil)
+}
+
+// update rewrites the payload of n of the objects that load made, picked
+// at random with a fixed seed, to letter repeated: the same length, so
+// that an updated object costs what it did.
+func update(ctx context.Context, b *testing.B, client versioned.Interface, objects, n int, letter byte) {
+	picked := rand.New(rand.NewPCG(1, 2)).Perm(objects)[:n]
+	payload := envInt("MEMORY_PAYLOAD", 1024)
+	patch := []byte(`{"metadata":{"annotations":{"payload":"` + strings.Repeat(string(letter), payload) + `"}}}`)
+	var next atomic.Int64
+	g, ctx := errgroup.WithContext(ctx)
+	for range 32 {
+		g.Go(func() error {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				j := picked[i]
+				if _, err := client.FleetV1beta1().Assignments(fmt.Sprintf("ns-%d", j%10)).Patch(ctx,
+					fmt.Sprintf("a-%06d", j), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -149,4 +150,22 @@ func (b *Builder) IndexFuncs() map[string]func(*Object) []string {
 		fns[storage.FieldIndex(b.cfg.TriggerField)] = func(o *Object) []string { return []string{o.Trigger} }
 	}
 	return fns
+}
+
+// keyInSlack returns raw cut to its length, and key copied into the room
+// Go's size class left after raw in its allocation, if it fits there, so
+// that the key takes no allocation of its own. raw must be the only slice
+// of its array, as an encoder's copy is. The bytes after raw's length are
+// never written again: raw's capacity ends at its length.
+//
+// An object's bytes are their own allocation, rounded up to a size class:
+// 1,645 bytes of JSON take 1,792, room for a key of up to 147
+// (BenchmarkVersionCost, docs/architecture.md).
+func keyInSlack(raw []byte, key string) ([]byte, string) {
+	n := len(raw)
+	if key == "" || cap(raw)-n < len(key) {
+		return raw[:n:n], key
+	}
+	raw = append(raw, key...)
+	return raw[:n:n], unsafe.String(&raw[n], len(key))
 }

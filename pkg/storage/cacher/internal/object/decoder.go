@@ -63,9 +63,8 @@ var caseSensitive = newAPI(false)
 // most of a decode's time (BenchmarkDecode, jsoniter-shared beside
 // jsoniter).
 //
-// A decoded object then holds the cache's bytes, or the slab they lie in
-// (PackBytes), while it lives, as a list's items from upstream's Cacher
-// hold its cached objects' strings. What the cache decodes serves one
+// A decoded object then holds the cache's bytes while it lives, as a
+// list's items from upstream's Cacher hold its cached objects' strings. What the cache decodes serves one
 // request, or one watch event's encodings (Caching), and is dropped.
 var sharing = newAPI(true)
 

@@ -80,7 +80,7 @@ func (s *Source) listPage(ctx context.Context, opts storage.ListOptions, share b
 	if err := s.cfg.Store.GetList(ctx, s.cfg.ResourcePrefix, opts, list); err != nil {
 		return nil, 0, "", fmt.Errorf("listing %s: %w", s.cfg.GroupResource, err)
 	}
-	var objs, built []*object.Object
+	var objs []*object.Object
 	err := meta.EachListItem(list, func(item runtime.Object) error {
 		if share {
 			if o := s.held(item); o != nil {
@@ -91,15 +91,12 @@ func (s *Source) listPage(ctx context.Context, opts storage.ListOptions, share b
 		o, err := s.cfg.Build.Build(item)
 		if err == nil {
 			objs = append(objs, o)
-			built = append(built, o)
 		}
 		return err
 	})
 	if err != nil {
 		return nil, 0, "", err
 	}
-	// Only the page's own: what the store holds is shared, and immutable.
-	object.PackBytes(built)
 	lm, err := meta.ListAccessor(list)
 	if err != nil {
 		return nil, 0, "", err

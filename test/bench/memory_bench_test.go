@@ -2,16 +2,13 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -80,7 +77,7 @@ func BenchmarkObjectMemory(b *testing.B) {
 		// Each server's turn writes a payload of its own letter, so that no
 		// update is a no-op on what an earlier turn wrote.
 		updates++
-		update(ctx, b, versioned.NewForConfigOrDie(cfg), objects, objects*updated/100, byte('a'+updates%26))
+		update(ctx, b, versioned.NewForConfigOrDie(cfg), objects, objects*updated/100, l.payload, byte('a'+updates%26))
 		// A consistent list is served once the cache holds etcd's revision:
 		// every update.
 		get(ctx, b, hc, base+"?limit=1")
@@ -92,27 +89,14 @@ func BenchmarkObjectMemory(b *testing.B) {
 }
 
 // update rewrites the payload of n of the objects that load made, picked
-// at random with a fixed seed, to letter repeated: the same length, so
-// that an updated object costs what it did.
-func update(ctx context.Context, b *testing.B, client versioned.Interface, objects, n int, letter byte) {
+// at random with a fixed seed, to letter repeated payload times: the same
+// length, so that an updated object costs what it did.
+func update(ctx context.Context, b *testing.B, client versioned.Interface, objects, n, payload int, letter byte) {
 	picked := rand.New(rand.NewPCG(1, 2)).Perm(objects)[:n]
-	payload := envInt("MEMORY_PAYLOAD", 1024)
 	patch := []byte(`{"metadata":{"annotations":{"payload":"` + strings.Repeat(string(letter), payload) + `"}}}`)
-	var next atomic.Int64
-	g, ctx := errgroup.WithContext(ctx)
-	for range 32 {
-		g.Go(func() error {
-			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
-				j := picked[i]
-				if _, err := client.FleetV1beta1().Assignments(fmt.Sprintf("ns-%d", j%10)).Patch(ctx,
-					fmt.Sprintf("a-%06d", j), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		b.Fatal(err)
-	}
+	writeEach(ctx, b, n, func(ctx context.Context, i int) error {
+		ns, name := assignmentAt(picked[i])
+		_, err := client.FleetV1beta1().Assignments(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+		return err
+	})
 }

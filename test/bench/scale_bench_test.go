@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -256,32 +257,37 @@ func waitCacheReady(ctx context.Context, b *testing.B, hc *http.Client, base str
 // load creates the data set through the server with 32 writers.
 func load(ctx context.Context, b *testing.B, client versioned.Interface, sz scaleSize) {
 	payload := strings.Repeat("x", sz.payload)
+	writeEach(ctx, b, sz.objects, func(ctx context.Context, i int) error {
+		ns, name := assignmentAt(i)
+		a := &v1beta1.Assignment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Labels: map[string]string{"group": fmt.Sprintf("g%d", i%10)}, Annotations: map[string]string{"payload": payload}},
+			Spec: v1beta1.AssignmentSpec{AgentName: fmt.Sprintf("agent-%d", i%100)}}
+		_, err := client.FleetV1beta1().Assignments(ns).Create(ctx, a, metav1.CreateOptions{})
+		return err
+	})
+}
+
+// assignmentAt returns the namespace and name load gives its i-th object.
+func assignmentAt(i int) (ns, name string) {
+	return fmt.Sprintf("ns-%d", i%10), fmt.Sprintf("a-%06d", i)
+}
+
+// writeEach calls write for 0 to n-1 from 32 writers, and fails the
+// benchmark with the first error, after which no writer starts another.
+func writeEach(ctx context.Context, b *testing.B, n int, write func(ctx context.Context, i int) error) {
 	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 32)
+	g, ctx := errgroup.WithContext(ctx)
 	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= sz.objects {
-					return
-				}
-				a := &v1beta1.Assignment{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("a-%06d", i),
-					Namespace: fmt.Sprintf("ns-%d", i%10), Labels: map[string]string{"group": fmt.Sprintf("g%d", i%10)},
-					Annotations: map[string]string{"payload": payload}},
-					Spec: v1beta1.AssignmentSpec{AgentName: fmt.Sprintf("agent-%d", i%100)}}
-				if _, err := client.FleetV1beta1().Assignments(a.Namespace).Create(ctx, a, metav1.CreateOptions{}); err != nil {
-					errs <- err
-					return
+		g.Go(func() error {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if err := write(ctx, i); err != nil {
+					return err
 				}
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err := g.Wait(); err != nil {
 		b.Fatal(err)
 	}
 }

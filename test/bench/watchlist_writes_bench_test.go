@@ -62,9 +62,10 @@ type loaded struct {
 	etcd    *clientv3.Client
 	etcdURL string
 	dir     string
-	// objects were loaded; impls take turns, rounds times.
-	objects, rounds int
-	impls           []serverBinary
+	// objects were loaded, of payload bytes each; impls take turns, rounds
+	// times.
+	objects, payload, rounds int
+	impls                    []serverBinary
 }
 
 // newLoaded starts an etcd and loads it through the first server, as the
@@ -73,8 +74,8 @@ type loaded struct {
 // <prefix>_ROUNDS (3) rounds of the servers <prefix>_IMPLS and <prefix>_ALT
 // pick (serverBinaries).
 func newLoaded(b *testing.B, prefix string, objects int) *loaded {
-	l := &loaded{dir: b.TempDir(), objects: envInt(prefix+"_OBJECTS", objects), rounds: envInt(prefix+"_ROUNDS", 3),
-		impls: serverBinaries(b, prefix+"_IMPLS", prefix+"_ALT")}
+	l := &loaded{dir: b.TempDir(), objects: envInt(prefix+"_OBJECTS", objects), payload: envInt(prefix+"_PAYLOAD", 1024),
+		rounds: envInt(prefix+"_ROUNDS", 3), impls: serverBinaries(b, prefix+"_IMPLS", prefix+"_ALT")}
 	l.etcdURL = startScaleEtcd(b, l.dir)
 	var err error
 	if l.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{l.etcdURL}, DialTimeout: 10 * time.Second}); err != nil {
@@ -82,7 +83,7 @@ func newLoaded(b *testing.B, prefix string, objects int) *loaded {
 	}
 	b.Cleanup(func() { l.etcd.Close() })
 	s, cfg := l.server(b, "load", l.impls[0].bin)
-	load(context.Background(), b, versioned.NewForConfigOrDie(cfg), scaleSize{objects: l.objects, payload: envInt(prefix+"_PAYLOAD", 1024)})
+	load(context.Background(), b, versioned.NewForConfigOrDie(cfg), scaleSize{objects: l.objects, payload: l.payload})
 	s.stop(b)
 	return l
 }

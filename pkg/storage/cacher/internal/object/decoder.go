@@ -64,8 +64,9 @@ var caseSensitive = newAPI(false)
 // jsoniter).
 //
 // A decoded object then holds the cache's bytes while it lives, as a
-// list's items from upstream's Cacher hold its cached objects' strings. What the cache decodes serves one
-// request, or one watch event's encodings (Caching), and is dropped.
+// list's items from upstream's Cacher hold its cached objects' strings.
+// What the cache decodes serves one request, or one watch event's
+// encodings (Caching), and is dropped.
 var sharing = newAPI(true)
 
 func newAPI(share bool) jsoniter.API {

@@ -84,7 +84,14 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err := o.ServerRun.ApplyTo(&serverConfig.Config); err != nil {
 		return nil, err
 	}
-	if err := o.Recommended.ApplyTo(serverConfig); err != nil {
+	// Serving and its loopback client first, as the recommended options
+	// would, and then the rest of them without it (applySecureServing).
+	if err := applySecureServing(o.Recommended.SecureServing, &serverConfig.Config, clock.RealClock{}); err != nil {
+		return nil, err
+	}
+	rest := *o.Recommended
+	rest.SecureServing = nil
+	if err := rest.ApplyTo(serverConfig); err != nil {
 		return nil, err
 	}
 	if standalone {

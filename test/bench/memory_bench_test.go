@@ -30,10 +30,11 @@ import (
 // turns over one etcd loaded once, as in BenchmarkConcurrentLists, so a
 // build without one of the object's mechanisms (the interner, the page
 // packing) runs beside ours in minutes, where make bench-scale takes an
-// hour. MEMORY_HEAP_PROFILES=dir keeps each server's heap profile with no
-// history (the last round's). MEMORY_OBJECTS (100,000) and MEMORY_PAYLOAD (1024 bytes an object) size it; MEMORY_ROUNDS (3) repeats it;
-// MEMORY_IMPLS and MEMORY_ALT pick the servers as WATCHLIST_IMPLS and
-// WATCHLIST_ALT do.
+// hour. MEMORY_HEAP_PROFILES=dir keeps each server's heap profiles of
+// the last round: warm-*, with the history, and drained-*, with none.
+// MEMORY_OBJECTS (100,000) and MEMORY_PAYLOAD (1024 bytes an object) size
+// it; MEMORY_ROUNDS (3) repeats it; MEMORY_IMPLS and MEMORY_ALT pick the
+// servers as WATCHLIST_IMPLS and WATCHLIST_ALT do.
 //
 // MEMORY_UPDATED=<percent> then updates that share of the objects, picked
 // at random, and measures again (updated-*): what a cache that was listed
@@ -53,6 +54,7 @@ func BenchmarkObjectMemory(b *testing.B) {
 		b.ReportMetric(float64(heap)/float64(objects), "heap-B/object")
 		b.ReportMetric(float64(liveHeap(ctx, b, hc, cfg.Host))/float64(objects), "live-B/object")
 		b.ReportMetric(float64(rss)/(1<<20), "rss-MiB")
+		saveHeapProfile(ctx, b, hc, cfg.Host, "MEMORY_HEAP_PROFILES", "warm-"+filepath.Base(s.bin)+".pb.gz")
 
 		s.stop(b)
 		warm := s.args

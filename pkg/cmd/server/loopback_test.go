@@ -4,7 +4,6 @@ import (
 	"crypto/x509"
 	"net"
 	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -23,17 +22,9 @@ import (
 // must carry the bearer token Complete authorizes. The health check must
 // fail once the certificate's validity passed.
 func TestLoopbackClient(t *testing.T) {
-	dir := t.TempDir()
-	ca, err := pki.NewCA("test-ca")
-	if err != nil {
-		t.Fatal(err)
-	}
-	serving, key, err := ca.Sign(pki.Serving("serving", []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile := filepath.Join(dir, "serving.crt"), filepath.Join(dir, "serving.key")
-	if err := pki.WriteCertKey(certFile, keyFile, serving, key); err != nil {
+	// The serving certificate as standalone mode makes it, for localhost.
+	certs := standalonePKI{dir: t.TempDir()}
+	if err := certs.ensure([]string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -42,7 +33,7 @@ func TestLoopbackClient(t *testing.T) {
 	}
 	opts := genericoptions.NewSecureServingOptions()
 	opts.Listener = ln
-	opts.ServerCert.CertKey = genericoptions.CertKey{CertFile: certFile, KeyFile: keyFile}
+	opts.ServerCert.CertKey = genericoptions.CertKey{CertFile: certs.path(servingCert), KeyFile: certs.path(servingKeyFile)}
 
 	clock := clocktesting.NewFakePassiveClock(time.Now())
 	c := &genericapiserver.Config{}

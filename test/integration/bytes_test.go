@@ -88,21 +88,31 @@ func TestResponsesFromBytes(t *testing.T) {
 		"application/json;as=Table;v=v1;g=meta.k8s.io",
 		"application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io",
 	}
+	// A cache started after the writes holds what its first list read
+	// from etcd, whose bytes it writes from the bytes etcd held; the
+	// first server's cache holds what its watch read.
+	listed := startServer(t, t.TempDir(), "--etcd-servers", cached.EtcdEndpoint)
 	cachedClient, plainClient := httpClient(t, cached.Config), httpClient(t, plain.Config)
+	caches := []struct {
+		url    string
+		client *http.Client
+	}{{cached.URL, cachedClient}, {listed.URL, httpClient(t, listed.Config)}}
 	for _, version := range []string{"v1beta1", "v1alpha1"} {
 		base := "/apis/fleet.example.com/" + version + "/namespaces/" + equalityNamespace + "/assignments"
-		for _, accept := range accepts {
-			// A resourceVersion both servers serve the same state at: the last write's.
-			for _, query := range []string{fmt.Sprintf("?resourceVersion=%d&resourceVersionMatch=NotOlderThan", rv),
-				fmt.Sprintf("?resourceVersion=%d&resourceVersionMatch=NotOlderThan&pretty=true", rv),
-				fmt.Sprintf("?resourceVersion=%d&resourceVersionMatch=NotOlderThan&limit=7", rv)} {
-				sameResponse(t, cachedClient, plainClient, cached.URL, plain.URL, base+query, accept)
+		for _, c := range caches {
+			for _, accept := range accepts {
+				// A resourceVersion both servers serve the same state at: the last write's.
+				for _, query := range []string{fmt.Sprintf("?resourceVersion=%d&resourceVersionMatch=NotOlderThan", rv),
+					fmt.Sprintf("?resourceVersion=%d&resourceVersionMatch=NotOlderThan&pretty=true", rv),
+					fmt.Sprintf("?resourceVersion=%d&resourceVersionMatch=NotOlderThan&limit=7", rv)} {
+					sameResponse(t, c.client, plainClient, c.url, plain.URL, base+query, accept)
+				}
 			}
-		}
-		for _, a := range objs[8:] {
-			for _, accept := range []string{"application/json", "application/yaml",
-				"application/json;as=Table;v=v1;g=meta.k8s.io", "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"} {
-				sameResponse(t, cachedClient, plainClient, cached.URL, plain.URL, base+"/"+a.Name, accept)
+			for _, a := range objs[8:] {
+				for _, accept := range []string{"application/json", "application/yaml",
+					"application/json;as=Table;v=v1;g=meta.k8s.io", "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io"} {
+					sameResponse(t, c.client, plainClient, c.url, plain.URL, base+"/"+a.Name, accept)
+				}
 			}
 		}
 		for _, accept := range []string{"application/json", "application/json;as=Table;v=v1;g=meta.k8s.io",

@@ -100,7 +100,10 @@ type Config struct {
 	// jsonDecoder), and StorageDecorator's etcd3 stores decode what etcd
 	// holds in half the time too, each result checked by an encode.
 	Scheme *runtime.Scheme
-	// NewFunc returns an empty object; NewListFunc an empty list.
+	// NewFunc returns an empty object; NewListFunc an empty list, which
+	// the cache's own reads of Storage fill. StorageDecorator gives it
+	// lists that keep the bytes each object was decoded from
+	// (internal/object's StoredList), which need its storage codec.
 	NewFunc     func() runtime.Object
 	NewListFunc func() runtime.Object
 	// GetAttrsFunc returns an object's labels and selectable fields.

@@ -90,6 +90,11 @@ func StorageDecorator(base Config) generic.StorageDecorator {
 		cfg.Codec = config.Codec
 		cfg.NewFunc = newFunc
 		cfg.NewListFunc = newListFunc
+		if base.Scheme != nil {
+			// The cache's own lists keep the bytes the store decoded, and
+			// its objects' bytes are written from them, not encoded again.
+			cfg.NewListFunc = object.NewStoredList
+		}
 		cfg.GetAttrsFunc = getAttrsFunc
 		cfg.IndexerFuncs = triggerFuncs
 		cfg.Indexers = indexers

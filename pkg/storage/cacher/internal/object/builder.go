@@ -1,9 +1,11 @@
 package object
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -47,7 +49,19 @@ type Builder struct {
 	// indexers are BuilderConfig.Indexers other than the trigger field's, whose
 	// values each object keeps, by name in Object.Indexed's order.
 	indexers []namedIndexer
+	// splice is what the first object whose bytes spliceRV wrote showed:
+	// spliceUnknown until then.
+	splice atomic.Int32
 }
+
+// What Builder.splice knows of spliceRV for the resource's objects.
+const (
+	spliceUnknown = iota
+	// spliceRight: spliceRV wrote the bytes the codec encodes.
+	spliceRight
+	// spliceWrong: it did not, and the resource's objects are encoded.
+	spliceWrong
+)
 
 // NewBuilder returns a Builder for cfg.
 func NewBuilder(cfg BuilderConfig) *Builder {
@@ -59,11 +73,16 @@ func NewBuilder(cfg BuilderConfig) *Builder {
 func (b *Builder) Codec() *Codec { return b.codec }
 
 // Key returns obj's key, as Build would.
-func (b *Builder) Key(obj runtime.Object) (string, error) { return b.cfg.KeyFunc(obj) }
+func (b *Builder) Key(obj runtime.Object) (string, error) {
+	obj, _ = unwrap(obj)
+	return b.cfg.KeyFunc(obj)
+}
 
 // Build computes what the cache keeps for obj: its bytes and what
-// selectors need. obj is not kept.
+// selectors need. obj is not kept. A *StoredItem with its stored bytes
+// has its bytes written from them (spliceRV), not encoded.
 func (b *Builder) Build(obj runtime.Object) (*Object, error) {
+	obj, stored := unwrap(obj)
 	key, err := b.cfg.KeyFunc(obj)
 	if err != nil {
 		return nil, fmt.Errorf("key of %T: %w", obj, err)
@@ -80,9 +99,11 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metadata of %s: %w", key, err)
 	}
-	raw, err := b.codec.Encode(obj)
-	if err != nil {
-		return nil, fmt.Errorf("encoding %s: %w", key, err)
+	raw, ok := b.spliced(obj, stored, m.GetResourceVersion(), len(key))
+	if !ok {
+		if raw, err = b.codec.Encode(obj); err != nil {
+			return nil, fmt.Errorf("encoding %s: %w", key, err)
+		}
 	}
 	raw, key = keyInSlack(raw, key)
 	o := &Object{Key: key, Raw: raw, Head: TypeHeader(raw), Codec: b.codec, RV: rv}
@@ -108,6 +129,29 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 	}
 	o.SetName(m.GetName())
 	return o, nil
+}
+
+// spliced returns spliceRV's bytes for obj, from stored, if it can write
+// them. The first time it does, it checks them against obj's encode: an
+// ObjectMeta's fields are always written in one order, so one object shows
+// where the resource's objects have their resourceVersion. If they differ,
+// it never splices again.
+func (b *Builder) spliced(obj runtime.Object, stored []byte, rv string, extra int) ([]byte, bool) {
+	state := b.splice.Load()
+	if stored == nil || state == spliceWrong {
+		return nil, false
+	}
+	raw, ok := spliceRV(stored, rv, extra)
+	if !ok || state == spliceRight {
+		return raw, ok
+	}
+	if enc, err := b.codec.Encode(obj); err != nil || !bytes.Equal(enc, raw) {
+		b.splice.Store(spliceWrong)
+		klog.ErrorS(err, "The resourceVersion spliced into an object's stored bytes is not where its encoder writes it; encoding every object instead", "type", fmt.Sprintf("%T", obj))
+		return nil, false
+	}
+	b.splice.CompareAndSwap(spliceUnknown, spliceRight)
+	return raw, true
 }
 
 // namedIndexer is one of BuilderConfig.Indexers.

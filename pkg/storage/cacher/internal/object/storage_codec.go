@@ -49,12 +49,34 @@ type storageCodec struct {
 	newType reflect.Type
 }
 
-// Decode implements runtime.Decoder.
+// Decode implements runtime.Decoder. Into a *StoredItem (a StoredList's
+// item), it decodes into a new object of the resource's type, and keeps
+// data with it if the check found data to be what Codec writes for it.
 func (c *storageCodec) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	if item, ok := into.(*StoredItem); ok {
+		return c.decodeStored(data, defaults, item)
+	}
 	if obj, gvk, ok := c.decodeFast(data, defaults, into); ok {
 		return obj, gvk, nil
 	}
 	return c.Codec.Decode(data, defaults, into)
+}
+
+// decodeStored decodes data into item, as Decode.
+func (c *storageCodec) decodeStored(data []byte, defaults *schema.GroupVersionKind, item *StoredItem) (runtime.Object, *schema.GroupVersionKind, error) {
+	if c.newType == nil {
+		return nil, nil, errors.New("decoding a stored list's item: the storage codec was given no NewFunc")
+	}
+	if obj, gvk, ok := c.decodeFast(data, defaults, nil); ok {
+		*item = StoredItem{Obj: obj, Stored: data}
+		return item, gvk, nil
+	}
+	obj, gvk, err := c.Codec.Decode(data, defaults, reflect.New(c.newType.Elem()).Interface().(runtime.Object))
+	if err != nil {
+		return nil, nil, err
+	}
+	*item = StoredItem{Obj: obj}
+	return item, gvk, nil
 }
 
 // decodeFast decodes data with fast, into a new object of into's type so

@@ -82,6 +82,10 @@ func (s *Source) listPage(ctx context.Context, opts storage.ListOptions, share b
 	}
 	var objs []*object.Object
 	err := meta.EachListItem(list, func(item runtime.Object) error {
+		if stored, ok := item.(*object.StoredItem); ok {
+			// Its object and value are garbage once it is built.
+			defer func() { *stored = object.StoredItem{} }()
+		}
 		if share {
 			if o := s.held(item); o != nil {
 				objs = append(objs, o)

@@ -21,16 +21,8 @@ import (
 func TestStorageCodec(t *testing.T) {
 	json := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
 	sc := NewStorageCodec(json, scheme, func() runtime.Object { return &example.Pod{} }).(*storageCodec)
-	stored := func(codec runtime.Codec, pod *example.Pod) []byte {
-		var buf bytes.Buffer
-		if err := codec.Encode(pod, &buf); err != nil {
-			t.Fatal(err)
-		}
-		return buf.Bytes()
-	}
 	pod := edgePod()
-	pod.ResourceVersion = "" // As etcd3 stores it.
-	canonical := stored(json, pod)
+	canonical := encodedPod(t, json, pod, "") // As etcd3 stores it.
 	tests := []struct {
 		name    string
 		data    []byte
@@ -45,7 +37,7 @@ func TestStorageCodec(t *testing.T) {
 		{name: "indented", data: bytes.Replace(canonical, []byte(`,"apiVersion"`), []byte(", \"apiVersion\""), 1)},
 		// encoding/json reads it as U+FFFD; jsoniter keeps the byte.
 		{name: "invalid UTF-8", data: bytes.Replace(canonical, []byte(`"name":"edge"`), []byte("\"name\":\"ed\xffge\""), 1)},
-		{name: "protobuf", data: stored(examplev1Blob, pod)},
+		{name: "protobuf", data: encodedPod(t, examplev1Blob, pod, "")},
 		{name: "truncated", data: canonical[:len(canonical)-3], wantErr: true},
 		{name: "not an object", data: []byte(`[]`), wantErr: true},
 	}
@@ -130,12 +122,7 @@ func TestStorageCodecMatches(t *testing.T) {
 //	go test ./pkg/storage/cacher/internal/object -run '^$' -bench StorageDecode -count 5
 func BenchmarkStorageDecode(b *testing.B) {
 	json := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
-	pod := benchPod(1024)
-	pod.ResourceVersion = ""
-	var buf bytes.Buffer
-	if err := json.Encode(pod, &buf); err != nil {
-		b.Fatal(err)
-	}
+	stored := encodedPod(b, json, benchPod(1024), "")
 	for _, c := range []struct {
 		name  string
 		codec runtime.Codec
@@ -143,7 +130,7 @@ func BenchmarkStorageDecode(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := c.codec.Decode(buf.Bytes(), nil, &example.Pod{}); err != nil {
+				if _, _, err := c.codec.Decode(stored, nil, &example.Pod{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -152,7 +139,7 @@ func BenchmarkStorageDecode(b *testing.B) {
 		b.Run(c.name+"-watch", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := runtime.Decode(c.codec, buf.Bytes()); err != nil {
+				if _, err := runtime.Decode(c.codec, stored); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -16,20 +16,17 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 )
 
-// storedAs returns what etcd3 stores for pod with the codec, with no
-// resourceVersion, and what the codec writes for pod with rv.
-func storedAs(t testing.TB, codec runtime.Codec, pod *example.Pod, rv string) (stored, want []byte) {
+// encodedPod returns what the codec writes for pod at resourceVersion rv:
+// with "", what etcd3 stores.
+func encodedPod(t testing.TB, codec runtime.Codec, pod *example.Pod, rv string) []byte {
 	t.Helper()
-	enc := func(rv string) []byte {
-		p := pod.DeepCopy()
-		p.ResourceVersion = rv
-		var buf bytes.Buffer
-		if err := codec.Encode(p, &buf); err != nil {
-			t.Fatal(err)
-		}
-		return buf.Bytes()
+	p := pod.DeepCopy()
+	p.ResourceVersion = rv
+	var buf bytes.Buffer
+	if err := codec.Encode(p, &buf); err != nil {
+		t.Fatal(err)
 	}
-	return enc(""), enc(rv)
+	return buf.Bytes()
 }
 
 // TestSpliceRV checks that spliceRV writes the resourceVersion where the
@@ -56,15 +53,15 @@ func TestSpliceRV(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			stored, want := storedAs(t, json, tc.pod, "12345")
-			got, ok := spliceRV(stored, "12345", 0)
+			want := encodedPod(t, json, tc.pod, "12345")
+			got, ok := spliceRV(encodedPod(t, json, tc.pod, ""), "12345", 0)
 			if !ok || !bytes.Equal(got, want) {
 				t.Errorf("spliced (%v)\n%s\nthe codec writes\n%s", ok, got, want)
 			}
 		})
 	}
-	stored, withRV := storedAs(t, json, edgePod(), "5")
-	escaped, _ := storedAs(t, json, meta(metav1.ObjectMeta{Name: "a<b"}), "5")
+	stored, withRV := encodedPod(t, json, edgePod(), ""), encodedPod(t, json, edgePod(), "5")
+	escaped := encodedPod(t, json, meta(metav1.ObjectMeta{Name: "a<b"}), "")
 	declined := []struct {
 		name   string
 		stored []byte
@@ -76,7 +73,7 @@ func TestSpliceRV(t *testing.T) {
 		{name: "an escape in a key's value before it", stored: escaped, rv: "5"},
 		{name: "no type header", stored: []byte(`{"metadata":{"name":"a"},"kind":"Pod","apiVersion":"v1"}`), rv: "5"},
 		{name: "metadata after another field", stored: []byte(`{"kind":"Pod","apiVersion":"v1","spec":{},"metadata":{}}`), rv: "5"},
-		{name: "protobuf", stored: func() []byte { s, _ := storedAs(t, examplev1Blob, edgePod(), "5"); return s }(), rv: "5"},
+		{name: "protobuf", stored: encodedPod(t, examplev1Blob, edgePod(), ""), rv: "5"},
 		{name: "nothing", rv: "5"},
 	}
 	for _, tc := range declined {
@@ -106,8 +103,8 @@ func TestBuildStored(t *testing.T) {
 		if i == 0 {
 			pod = edgePod()
 		}
-		stored, want := storedAs(t, json, pod, "777")
-		item, err := decodeStoredItem(sc, stored, 777)
+		want := encodedPod(t, json, pod, "777")
+		item, err := decodeStoredItem(sc, encodedPod(t, json, pod, ""), 777)
 		if err != nil {
 			t.Fatalf("pod %d: %v", i, err)
 		}
@@ -150,8 +147,7 @@ func TestBuildStoredChecksFirst(t *testing.T) {
 	pod.ResourceVersion = "9"
 	stale := edgePod()
 	stale.Spec.NodeName = "stale"
-	stored, _ := storedAs(t, json, stale, "")
-	_, want := storedAs(t, json, pod, "9")
+	stored, want := encodedPod(t, json, stale, ""), encodedPod(t, json, pod, "9")
 	for i := range 2 {
 		got, err := b.Build(&StoredItem{Obj: pod.DeepCopy(), Stored: stored})
 		if err != nil {
@@ -177,8 +173,7 @@ func TestBuildStoredChecksFirst(t *testing.T) {
 func TestStoredListDecode(t *testing.T) {
 	json := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
 	sc := NewStorageCodec(json, scheme, func() runtime.Object { return &example.Pod{} })
-	canonical, _ := storedAs(t, json, edgePod(), "")
-	proto, _ := storedAs(t, examplev1Blob, edgePod(), "")
+	canonical, proto := encodedPod(t, json, edgePod(), ""), encodedPod(t, examplev1Blob, edgePod(), "")
 	for _, tc := range []struct {
 		name      string
 		data      []byte
@@ -221,7 +216,7 @@ func TestStoredListDecode(t *testing.T) {
 func BenchmarkBuildStored(b *testing.B) {
 	json := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
 	sc := NewStorageCodec(json, scheme, func() runtime.Object { return &example.Pod{} })
-	stored, _ := storedAs(b, json, benchPod(1024), "")
+	stored := encodedPod(b, json, benchPod(1024), "")
 	for _, keep := range []bool{false, true} {
 		name := map[bool]string{false: "encoded", true: "spliced"}[keep]
 		b.Run(name, func(b *testing.B) {

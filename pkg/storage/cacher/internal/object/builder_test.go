@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"unsafe"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/apis/example"
 )
 
 // TestKeyInSlack checks that a key goes into the room after an object's
@@ -39,6 +42,34 @@ func TestKeyInSlack(t *testing.T) {
 			inSlack := tc.key != "" && tc.cap > tc.len && unsafe.StringData(gotKey) == &raw[:tc.cap][tc.len]
 			if inSlack != tc.inSlack {
 				t.Errorf("key in the slack: %v, want %v", inSlack, tc.inSlack)
+			}
+		})
+	}
+}
+
+// TestTriggerInBytes checks that an object's trigger value is read from
+// its bytes when they spell it, so that it holds no string of its own,
+// and is kept as given when they do not.
+func TestTriggerInBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name, node string
+		inBytes    bool
+	}{
+		{name: "plain", node: "node-7", inBytes: true},
+		{name: "escaped in the JSON", node: "a<b", inBytes: false},
+		{name: "empty", node: "", inBytes: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			node := strings.Clone(tc.node)
+			o := podObject(&example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", ResourceVersion: "3"},
+				Spec: example.PodSpec{NodeName: node}})
+			if o.Trigger != tc.node {
+				t.Fatalf("trigger %q, want %q", o.Trigger, tc.node)
+			}
+			p := uintptr(unsafe.Pointer(unsafe.StringData(o.Trigger)))
+			start := uintptr(unsafe.Pointer(unsafe.SliceData(o.Raw)))
+			if got := tc.node != "" && p >= start && p < start+uintptr(len(o.Raw)); got != tc.inBytes {
+				t.Errorf("trigger in the object's bytes: %v, want %v", got, tc.inBytes)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ package store
 
 import (
 	"sort"
+	"strings"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/watch"
@@ -118,7 +119,9 @@ func (s *Store[E]) indexLocked(o *object.Object, add bool) {
 			byValue := s.indexes[name]
 			if add {
 				if byValue[v] == nil {
-					byValue[v] = map[*object.Object]struct{}{}
+					// A copy: v may lie in o's bytes (Object.Trigger), which
+					// the index would otherwise hold after o has gone.
+					byValue[strings.Clone(v)] = map[*object.Object]struct{}{}
 				}
 				byValue[v][o] = struct{}{}
 			} else if byValue[v] != nil {

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -248,6 +250,34 @@ func TestByIndex(t *testing.T) {
 	}
 	if o, ok := s.Get("/d"); !ok || o.RV != 9 {
 		t.Errorf("Get(/d) after replace = %v, %v", o, ok)
+	}
+}
+
+// TestIndexValuesHoldNoObject checks that an index keeps its values as
+// strings of its own: a value may lie in an object's bytes or key
+// (Object.Trigger, Object.Name), and an index that kept it would hold them
+// for as long as any object has that value, after this one has gone.
+func TestIndexValuesHoldNoObject(t *testing.T) {
+	byName := map[string]func(*object.Object) []string{"name": func(o *object.Object) []string { return []string{o.Name()} }}
+	s := New[*event](byName)
+	var objs []*object.Object
+	for _, key := range []string{"/a/n1", "/b/n1"} {
+		o := &object.Object{Key: strings.Clone(key), RV: 1}
+		o.SetName("n1")
+		objs = append(objs, o)
+	}
+	s.Replace(objs, 1)
+	s.Apply(&event{typ: watch.Deleted, rv: 2, cur: objs[0], prev: objs[0]})
+	for value := range s.indexes["name"] {
+		for _, o := range objs {
+			start := uintptr(unsafe.Pointer(unsafe.StringData(o.Key)))
+			if p := uintptr(unsafe.Pointer(unsafe.StringData(value))); p >= start && p < start+uintptr(len(o.Key)) {
+				t.Errorf("the index value %q lies in the key of %s", value, o.Key)
+			}
+		}
+	}
+	if got, _, _ := s.ByIndex("name", "n1"); len(got) != 1 || got[0] != objs[1] {
+		t.Errorf("ByIndex(name, n1) = %v, want /b/n1", got)
 	}
 }
 

@@ -129,6 +129,19 @@ const (
 	etcdKeepaliveTimeout = 10 * time.Second
 )
 
+// etcdClientLogger is the one logger of every client newEtcdClient makes,
+// at error level and without the default sampler: a sampler takes 448 KiB,
+// which a logger per client added to the empty server's heap once for each
+// resource (kubernetes#111476 is the same cost in the generic storage
+// factory, which shares one logger). These clients make a few keys-only
+// reads every few minutes, too few errors to need sampling.
+var etcdClientLogger = sync.OnceValues(func() (*zap.Logger, error) {
+	cfg := logutil.DefaultZapLoggerConfig
+	cfg.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
+	cfg.Sampling = nil
+	return cfg.Build()
+})
+
 // newEtcdClient connects to etcd as the generic storage factory does,
 // through the tracker, minus its tracing, which a few keys-only reads every
 // few minutes do not need.
@@ -141,7 +154,7 @@ func newEtcdClient(t storagebackend.TransportConfig, tracker *etcdconn.Tracker) 
 			return nil, err
 		}
 	}
-	logger, err := logutil.CreateDefaultZapLogger(zap.ErrorLevel)
+	logger, err := etcdClientLogger()
 	if err != nil {
 		return nil, err
 	}

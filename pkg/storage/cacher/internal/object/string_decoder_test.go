@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	jsoniter "github.com/json-iterator/go"
+	"github.com/modern-go/reflect2"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	sigsjson "sigs.k8s.io/json"
@@ -79,6 +80,15 @@ func TestPlainStrings(t *testing.T) {
 		{name: "a field set that is not an object", json: `{"s":"","t":null,"f":["f:a"],"fp":"x"}`},
 		{name: "a field set cut short", json: `{"s":"","t":null,"f":{"f:a":{}`},
 		{name: "a field set after whitespace", json: "{\"s\":\"\",\"t\":null,\"f\": \n{ \"f:a\" : {} } }"},
+		{name: "an empty map", json: `{"s":"","t":null,"m":{}}`},
+		{name: "a null map", json: `{"s":"","t":null,"m":null}`},
+		{name: "a map with whitespace", json: "{\"s\":\"\",\"t\":null,\"m\": { \"a\" : \"b\" ,\"c\":\"d\"}}"},
+		{name: "a map with a key twice", json: `{"s":"","t":null,"m":{"a":"1","b":"2","a":"3"}}`},
+		{name: "a map with an escape after a plain entry", json: `{"s":"","t":null,"m":{"a":"1","b":"\u003c"}}`},
+		{name: "a map with a number", json: `{"s":"","t":null,"m":{"a":1}}`},
+		{name: "a map with a null", json: `{"s":"","t":null,"m":{"a":null}}`},
+		{name: "a map cut short", json: `{"s":"","t":null,"m":{"a":"b"`},
+		{name: "a map with a control character", json: "{\"s\":\"\",\"t\":null,\"m\":{\"a\":\"\x01\"}}", control: true},
 	}
 	for _, api := range []struct {
 		name string
@@ -90,7 +100,7 @@ func TestPlainStrings(t *testing.T) {
 				gotErr := api.api.Unmarshal([]byte(tt.json), &got)
 				wantErr := sigsjson.UnmarshalCaseSensitivePreserveInts([]byte(tt.json), &want)
 				if tt.control && api.api == sharing {
-					if wantErr == nil || gotErr != nil || !strings.ContainsFunc(got.S, func(r rune) bool { return r < 0x20 }) {
+					if wantErr == nil || gotErr != nil || !strings.ContainsFunc(got.S+got.M["a"], func(r rune) bool { return r < 0x20 }) {
 						t.Fatalf("shared: %v, %q; the serializer's decoder: %v; want the raw control character kept", gotErr, got.S, wantErr)
 					}
 					return
@@ -152,6 +162,75 @@ func TestPlainString(t *testing.T) {
 			caseSensitive.ReturnIterator(iter)
 		}
 	}
+}
+
+// TestPlainMap checks which maps stringMapDecoder reads where they lie,
+// that those share the input's bytes only when asked to, and that the
+// iterator goes on after every map, read there or by jsoniter.
+func TestPlainMap(t *testing.T) {
+	tests := []struct {
+		json string
+		want map[string]string
+		// plain is whether the map is read where it lies.
+		plain bool
+	}{
+		{json: `{"a":"b","":"","c":"d"},1`, want: map[string]string{"a": "b", "": "", "c": "d"}, plain: true},
+		{json: `{},1`, want: map[string]string{}, plain: true},
+		{json: ` {"a":"b"},1`, want: map[string]string{"a": "b"}, plain: true},
+		{json: `{"a":"b" },1`, want: map[string]string{"a": "b"}},
+		{json: `{"a":"\u003c"},1`, want: map[string]string{"a": "<"}},
+		{json: `null,1`},
+	}
+	for _, share := range []bool{false, true} {
+		api := caseSensitive
+		if share {
+			api = sharing
+		}
+		d, ok := api.DecoderOf(reflect2.TypeOf(&map[string]string{})).(stringMapDecoder)
+		if !ok {
+			t.Fatalf("jsoniter decodes a map[string]string with %T, want stringMapDecoder", d)
+		}
+		var fellBack bool
+		d.jsoniter = fallbackRecorder{d.jsoniter, &fellBack}
+		for _, tt := range tests {
+			in := []byte(tt.json)
+			iter := api.BorrowIterator(in)
+			var got map[string]string
+			fellBack = false
+			d.Decode(unsafe.Pointer(&got), iter)
+			if fellBack == tt.plain {
+				t.Errorf("%q went to jsoniter's decoder: %v, want %v", tt.json, fellBack, !tt.plain)
+			}
+			if rest, _ := position(iter); iter.Error != nil || string(rest) != ",1" {
+				t.Errorf("after %q: %v, the iterator is at %q, want \",1\"", tt.json, iter.Error, rest)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("decoded %q to %v, want %v", tt.json, got, tt.want)
+			}
+			api.ReturnIterator(iter)
+			if !tt.plain {
+				continue
+			}
+			for k, v := range got {
+				for _, s := range []string{k, v} {
+					if s != "" && within(unsafe.StringData(s), in) != share {
+						t.Errorf("%q, shared %v: %q lies in the input: %v", tt.json, share, s, !share)
+					}
+				}
+			}
+		}
+	}
+}
+
+// fallbackRecorder is a decoder that records that it was called.
+type fallbackRecorder struct {
+	jsoniter.ValDecoder
+	called *bool
+}
+
+func (r fallbackRecorder) Decode(ptr unsafe.Pointer, iter *jsoniter.Iterator) {
+	*r.called = true
+	r.ValDecoder.Decode(ptr, iter)
 }
 
 // within reports whether p points into b.

@@ -66,9 +66,7 @@ func TestTriggerInBytes(t *testing.T) {
 			if o.Trigger != tc.node {
 				t.Fatalf("trigger %q, want %q", o.Trigger, tc.node)
 			}
-			p := uintptr(unsafe.Pointer(unsafe.StringData(o.Trigger)))
-			start := uintptr(unsafe.Pointer(unsafe.SliceData(o.Raw)))
-			if got := tc.node != "" && p >= start && p < start+uintptr(len(o.Raw)); got != tc.inBytes {
+			if got := tc.node != "" && within(unsafe.StringData(o.Trigger), o.Raw); got != tc.inBytes {
 				t.Errorf("trigger in the object's bytes: %v, want %v", got, tc.inBytes)
 			}
 		})

@@ -101,7 +101,7 @@ func TestPlainStrings(t *testing.T) {
 				wantErr := sigsjson.UnmarshalCaseSensitivePreserveInts([]byte(tt.json), &want)
 				if tt.control && api.api == sharing {
 					if wantErr == nil || gotErr != nil || !strings.ContainsFunc(got.S+got.M["a"], func(r rune) bool { return r < 0x20 }) {
-						t.Fatalf("shared: %v, %q; the serializer's decoder: %v; want the raw control character kept", gotErr, got.S, wantErr)
+						t.Fatalf("shared: %v, %q and %q; the serializer's decoder: %v; want the raw control character kept", gotErr, got.S, got.M, wantErr)
 					}
 					return
 				}

@@ -138,8 +138,8 @@ func NewWatcher(d *Dispatcher, key string, recursive bool, pred storage.Selectio
 // Huffman tables. With 10 events of room, the handler, which encodes
 // nothing for ours, emptied the channel every few events: gzip's flushes
 // were a third of the server's CPU while 100 watch-lists streamed, and the
-// last ended 2.4× later than with this (docs/benchmarks.md, *Watch-lists
-// flushed once a pause*). Filled in the sender's turn, this one empties at
+// last ended 2.4× later than with this (docs/benchmarks.md, *What each of
+// issue 27's changes bought*). Filled in the sender's turn, this one empties at
 // its pauses. 256 events are 8 KiB, held only by watchers that stream at
 // least as many objects; upstream's Cacher gives watchers up to 1,000.
 const initialBuffer = 256

@@ -138,7 +138,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, 
 	var (
 		count, remaining int64
 		fetched          int
-		lastKey          string
+		lastKey, nextKey string
 		more             bool
 		matched          []*object.Object
 		err              error
@@ -153,12 +153,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, 
 		if limit > 0 && count == limit {
 			// Anything left in range means another page, even if it may
 			// not match, as etcd3 answers.
-			more = true
-			if empty {
-				// remainingItemCount is set only without selectors, as etcd3 does.
-				remaining++
-				return true
-			}
+			more, nextKey = true, o.Key
 			return false
 		}
 		fetched++
@@ -181,6 +176,9 @@ func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, 
 			return err
 		}
 		if empty {
+			// remainingItemCount is set only without selectors, as etcd3
+			// does: what is left in range, counted without reading it.
+			remaining = int64(snap.Count(key, nextKey))
 			remainingCount = &remaining
 		}
 	}

@@ -44,3 +44,38 @@ func (sn Snapshot) Scan(prefix string, recursive bool, from string, fn func(*obj
 		return fn(o)
 	})
 }
+
+// Count returns how many objects Scan(prefix, true, from, ...) would visit:
+// a page's remainingItemCount. It reads the keys only of the objects the
+// tree's seeks compare with, where Scan reads every object's key: counting
+// the last 50,000 of 100,000 objects of 1 KiB took a tenth of a walk's
+// time with the objects laid out at random, and two thirds in key order
+// (BenchmarkRemaining).
+func (sn Snapshot) Count(prefix, from string) int {
+	n := sn.countFrom(max(from, prefix))
+	if end, ok := prefixEnd(prefix); ok {
+		n -= sn.countFrom(end)
+	}
+	return n
+}
+
+// countFrom returns how many objects' keys are at least key.
+func (sn Snapshot) countFrom(key string) int {
+	n := 0
+	sn.tree.AscendGreaterOrEqual(&object.Object{Key: key}, func(*object.Object) bool {
+		n++
+		return true
+	})
+	return n
+}
+
+// prefixEnd returns the least key above every key with prefix, and false
+// if there is none (an empty prefix, or one of only 0xff bytes).
+func prefixEnd(prefix string) (string, bool) {
+	for i := len(prefix) - 1; i >= 0; i-- {
+		if prefix[i] < 0xff {
+			return prefix[:i] + string([]byte{prefix[i] + 1}), true
+		}
+	}
+	return "", false
+}

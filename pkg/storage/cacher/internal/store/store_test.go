@@ -193,6 +193,44 @@ func TestScan(t *testing.T) {
 	}
 }
 
+// TestCount checks that Count counts what Scan visits, at the edges of a
+// prefix's range: the key just past it, a last byte above 0x7e, keys of
+// 0xff bytes, and no prefix.
+func TestCount(t *testing.T) {
+	s := New[*event](nil)
+	var objs []*object.Object
+	for _, k := range []string{"/a/x", "/a/y", "/a/z", "/a0", "/ab", "/a\xff", "/a\xff\xff", "/b/x", "/\x7f/x", "/\x80", "\xff", "\xff\xff"} {
+		objs = append(objs, obj(k, 1))
+	}
+	s.Replace(objs, 1)
+	sn := s.Latest()
+	for _, tc := range []struct {
+		prefix, from string
+		want         int
+	}{
+		{prefix: "", want: 12},
+		{prefix: "/a/", want: 3},
+		{prefix: "/a/", from: "/a/y", want: 2},
+		{prefix: "/a/", from: "/a/z\x00", want: 0},
+		{prefix: "/a/", from: "/0", want: 3},
+		{prefix: "/a", want: 7},
+		{prefix: "/a\xff", want: 2},
+		{prefix: "/a\xff", from: "/a\xff\x00", want: 1},
+		{prefix: "/\x7f", want: 1},
+		{prefix: "\xff", want: 2},
+		{prefix: "\xff\xff", want: 1},
+		{prefix: "/c/", want: 0},
+	} {
+		t.Run(fmt.Sprintf("%q from %q", tc.prefix, tc.from), func(t *testing.T) {
+			scanned := 0
+			sn.Scan(tc.prefix, true, tc.from, func(*object.Object) bool { scanned++; return true })
+			if got := sn.Count(tc.prefix, tc.from); got != tc.want || got != scanned {
+				t.Errorf("Count = %d, want %d (Scan visits %d)", got, tc.want, scanned)
+			}
+		})
+	}
+}
+
 // TestByIndex checks that the indexes follow adds, updates that change a
 // value, deletes, events whose previous object is a copy, and a replace.
 func TestByIndex(t *testing.T) {

@@ -136,7 +136,7 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 // remaining count and, for a sharded list, the shard info.
 func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, recursive bool, f *fanout.Filter, limit int64, fromKey string, listObj runtime.Object) error {
 	var (
-		count, remaining int64
+		count            int64
 		fetched          int
 		lastKey, nextKey string
 		more             bool
@@ -178,7 +178,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, 
 		if empty {
 			// remainingItemCount is set only without selectors, as etcd3
 			// does: what is left in range, counted without reading it.
-			remaining = int64(snap.Count(key, nextKey))
+			remaining := int64(snap.Count(key, nextKey))
 			remainingCount = &remaining
 		}
 	}

@@ -17,21 +17,29 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 )
 
-// countingKeys counts the key lists a cache reads.
+// countingKeys counts the key lists a cache reads, and closes started at
+// the first.
 type countingKeys struct {
 	KeyReader
-	reads atomic.Int64
+	reads   atomic.Int64
+	started chan struct{}
 }
 
 func (k *countingKeys) ReadKeys(ctx context.Context, rev int64, fn func(string, int64)) (int64, error) {
-	k.reads.Add(1)
+	if k.reads.Add(1) == 1 {
+		close(k.started)
+	}
 	return k.KeyReader.ReadKeys(ctx, rev, fn)
 }
 
 // pageLimits records the limit of every page a cache reads after its
-// first, from a continue token.
+// first, from a continue token. With keysStarted, the first page waits
+// for the keys' read to start, for up to 5 s, and says in overlapped
+// whether it did: whether the two are read at once.
 type pageLimits struct {
 	storage.Interface
+	keysStarted <-chan struct{}
+	overlapped  atomic.Bool
 	// mu guards limits.
 	mu     sync.Mutex
 	limits []int64
@@ -42,13 +50,20 @@ func (p *pageLimits) GetList(ctx context.Context, key string, opts storage.ListO
 		p.mu.Lock()
 		p.limits = append(p.limits, opts.Predicate.Limit)
 		p.mu.Unlock()
+	} else if p.keysStarted != nil {
+		select {
+		case <-p.keysStarted:
+			p.overlapped.Store(true)
+		case <-time.After(5 * time.Second):
+		}
 	}
 	return p.Interface.GetList(ctx, key, opts, listObj)
 }
 
 // TestListSplit restarts a cache over pods in pages of 3: with a
 // KeyReader the pages after the first are read at once from where the keys
-// say they start; without one, one after another. Either way the cache
+// say they start, and the keys are read while the first page is; without
+// one, one after another. Either way the cache
 // holds exactly etcd's state, in key order, at one revision. Pages read at
 // once are smaller where the first page's objects say that 3 would hold
 // more than listPageBytes.
@@ -63,7 +78,9 @@ func TestListSplit(t *testing.T) {
 		// where the process has enough CPUs to read each at once.
 		pageBytes int64
 	}{
-		{name: "one page", pods: 3, keyReader: true, keyReads: 0},
+		// The keys are read beside the first page, before it is known
+		// to hold every object.
+		{name: "one page", pods: 3, keyReader: true, keyReads: 1},
 		{name: "pages read at once", pods: 10, keyReader: true, keyReads: 1},
 		{name: "whole pages read at once", pods: 9, keyReader: true, keyReads: 1},
 		// Enough pods that without the bound each page would hold 2.
@@ -91,12 +108,16 @@ func TestListSplit(t *testing.T) {
 				cfg.listPageSize, cfg.listPageBytes = 3, tc.pageBytes
 				cfg.WarmStartRevisions = -1 // no backfill, which lists again
 				if cfg.KeyReader != nil {
-					keys = &countingKeys{KeyReader: cfg.KeyReader}
+					keys = &countingKeys{KeyReader: cfg.KeyReader, started: make(chan struct{})}
 					cfg.KeyReader = keys
+					pages.keysStarted = keys.started
 				}
 			})
 			if keys != nil && keys.reads.Load() != tc.keyReads {
 				t.Errorf("read the keys %d times, want %d", keys.reads.Load(), tc.keyReads)
+			}
+			if keys != nil && !pages.overlapped.Load() {
+				t.Error("the first page was read before the keys' read started, not beside it")
 			}
 			pages.mu.Lock()
 			most := int64(3)

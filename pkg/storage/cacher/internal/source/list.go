@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -37,35 +38,79 @@ const firstListPage = 1000
 // listAt reads every object at revision rev, or at the current one for 0.
 // With share, an object at the version the store holds is the store's
 // object, not a copy built anew: see held.
+//
+// With a KeyReader it pins the revision first, then reads the first page
+// and the keys at once: the keys tell listSplit where the other pages
+// start, and the first page how large their objects are. Read one after
+// the other, at 10,000 objects the keys took 24 ms after the first page
+// with a CPU idle (a runtime trace); read at once, a start is ready 20 ms
+// sooner (docs/benchmarks.md).
 func (s *Source) listAt(ctx context.Context, rev uint64, share bool) ([]*object.Object, uint64, error) {
-	var objs []*object.Object
-	var rv uint64
 	opts := storage.ListOptions{
 		Recursive: true,
 		Predicate: storage.SelectionPredicate{Label: labels.Everything(), Field: fields.Everything(), Limit: s.cfg.ListPageSize},
 	}
-	if s.cfg.Keys != nil {
-		opts.Predicate.Limit = min(opts.Predicate.Limit, firstListPage)
+	if s.cfg.Keys == nil {
+		return s.listPages(ctx, opts, rev, share)
 	}
+	if rev == 0 {
+		var err error
+		if rev, err = s.cfg.Store.GetCurrentResourceVersion(ctx); err != nil {
+			return nil, 0, fmt.Errorf("reading %s's revision: %w", s.cfg.GroupResource, err)
+		}
+	}
+	opts.Predicate.Limit = min(opts.Predicate.Limit, firstListPage)
+	opts.ResourceVersion = strconv.FormatUint(rev, 10)
+	opts.ResourceVersionMatch = metav1.ResourceVersionMatchExact
+	keysCtx, cancelKeys := context.WithCancel(ctx)
+	defer cancelKeys()
+	var keys []string
+	var keysErr error
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		_, keysErr = s.cfg.Keys.ReadKeys(keysCtx, int64(rev), func(key string, _ int64) { keys = append(keys, key) })
+	}()
+	page, _, next, err := s.listPage(ctx, opts, share)
+	if err != nil || next == "" {
+		// The keys are not needed.
+		cancelKeys()
+		<-read
+		if err != nil {
+			return nil, 0, err
+		}
+		return page, rev, nil
+	}
+	<-read
+	if keysErr != nil {
+		return nil, 0, fmt.Errorf("listing %s's keys: %w", s.cfg.GroupResource, keysErr)
+	}
+	if len(page) > 0 {
+		keys = keys[sort.SearchStrings(keys, page[len(page)-1].Key+"\x00"):]
+	}
+	rest, err := s.listSplit(ctx, opts, rev, keys, meanSize(page), share)
+	if err != nil {
+		return nil, 0, err
+	}
+	return append(page, rest...), rev, nil
+}
+
+// listPages reads every object at revision rev, or at the current one for
+// 0, page after page; with share, as listAt.
+func (s *Source) listPages(ctx context.Context, opts storage.ListOptions, rev uint64, share bool) ([]*object.Object, uint64, error) {
 	if rev > 0 {
 		opts.ResourceVersion = strconv.FormatUint(rev, 10)
 		opts.ResourceVersionMatch = metav1.ResourceVersionMatchExact
 	}
+	var objs []*object.Object
 	for {
-		page, pageRV, next, err := s.listPage(ctx, opts, share)
+		page, rv, next, err := s.listPage(ctx, opts, share)
 		if err != nil {
 			return nil, 0, err
 		}
-		objs, rv = append(objs, page...), pageRV
+		objs = append(objs, page...)
 		if next == "" {
 			return objs, rv, nil
-		}
-		if s.cfg.Keys != nil {
-			rest, err := s.listSplit(ctx, opts, rv, objs[len(objs)-1].Key, meanSize(page), share)
-			if err != nil {
-				return nil, 0, err
-			}
-			return append(objs, rest...), rv, nil
 		}
 		// Continue tokens carry their revision.
 		opts.Predicate.Continue = next

@@ -5,16 +5,23 @@ import (
 	"fmt"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 )
 
 // countingKeys counts the key lists a cache reads, and closes started at
@@ -144,5 +151,86 @@ func TestListSplit(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// pagesAt sums the limits of the pages a cache reads after a first, from
+// a continue token, by the revision the token carries: how many objects
+// it read from etcd at each revision, as every such page is exact.
+type pagesAt struct {
+	storage.Interface
+	// mu guards read.
+	mu   sync.Mutex
+	read map[int64]int64
+}
+
+func (p *pagesAt) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	if opts.Predicate.Continue != "" {
+		if _, rv, err := storage.DecodeContinue(opts.Predicate.Continue, "/pods/"); err == nil {
+			p.mu.Lock()
+			p.read[rv] += opts.Predicate.Limit
+			p.mu.Unlock()
+		}
+	}
+	return p.Interface.GetList(ctx, key, opts, listObj)
+}
+
+// TestBackfillReadsWhatChanged restarts a cache warm over 30 pods of which
+// two changed since the state the backfill lists: past its first page, the
+// backfill reads only those two from etcd and takes the others from the
+// store. The history it fills still has the two as they were: a watch for
+// the label the change added, from before it, sees each pod added.
+func TestBackfillReadsWhatChanged(t *testing.T) {
+	ctx := context.Background()
+	c := newTestCacher(t, withKeyReader(testingclock.NewFakeClock(time.Now()), time.Hour))
+	for i := range 30 {
+		createPod(t, c, fmt.Sprintf("p%02d", i))
+	}
+	var changed []*example.Pod
+	for _, name := range []string{"p10", "p11"} {
+		updated := &example.Pod{}
+		if err := c.GuaranteedUpdate(ctx, "/pods/ns/"+name, updated, false, nil,
+			storage.SimpleUpdate(func(obj runtime.Object) (runtime.Object, error) {
+				pod := obj.(*example.Pod)
+				pod.Labels = map[string]string{"changed": "yes"}
+				return pod, nil
+			}), nil); err != nil {
+			t.Fatal(err)
+		}
+		changed = append(changed, updated)
+	}
+	head, _ := c.cfg.Versioner.ParseResourceVersion(changed[1].ResourceVersion)
+	from := int64(head) - 2 // every pod as created
+
+	pages := &pagesAt{read: map[int64]int64{}}
+	restarted := restartCache(t, c, func(cfg *Config) {
+		pages.Interface = cfg.Storage
+		cfg.Storage = pages
+		cfg.listPageSize = 3
+		cfg.WarmStartRevisions = 2
+	})
+	select {
+	case <-restarted.src.Backfilled():
+	case <-time.After(wait.ForeverTestTimeout):
+		t.Fatal("the warm start's history fill never ended")
+	}
+	pages.mu.Lock()
+	read := pages.read[from]
+	pages.mu.Unlock()
+	if read != 2 {
+		t.Errorf("the backfill read %d objects at revision %d past its first page, want the 2 that changed since", read, from)
+	}
+
+	pred := storage.SelectionPredicate{Label: labels.SelectorFromSet(labels.Set{"changed": "yes"}), Field: fields.Everything(), GetAttrs: podAttrs}
+	w, err := restarted.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: strconv.FormatInt(from, 10), Recursive: true, Predicate: pred})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for _, want := range changed {
+		ev := next(t, w)
+		if got := objecttest.DecodedPod(t, ev.Object); ev.Type != watch.Added || got.Name != want.Name || got.ResourceVersion != want.ResourceVersion {
+			t.Fatalf("got %s %s@%s, want ADDED %s@%s", ev.Type, got.Name, got.ResourceVersion, want.Name, want.ResourceVersion)
+		}
 	}
 }

@@ -64,12 +64,12 @@ func (s *Source) listAt(ctx context.Context, rev uint64, share bool) ([]*object.
 	opts.ResourceVersionMatch = metav1.ResourceVersionMatchExact
 	keysCtx, cancelKeys := context.WithCancel(ctx)
 	defer cancelKeys()
-	var keys []string
+	var keys []keyRev
 	var keysErr error
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		_, keysErr = s.cfg.Keys.ReadKeys(keysCtx, int64(rev), func(key string, _ int64) { keys = append(keys, key) })
+		_, keysErr = s.cfg.Keys.ReadKeys(keysCtx, int64(rev), func(key string, modRev int64) { keys = append(keys, keyRev{key, modRev}) })
 	}()
 	page, _, next, err := s.listPage(ctx, opts, share)
 	if err != nil || next == "" {
@@ -86,7 +86,8 @@ func (s *Source) listAt(ctx context.Context, rev uint64, share bool) ([]*object.
 		return nil, 0, fmt.Errorf("listing %s's keys: %w", s.cfg.GroupResource, keysErr)
 	}
 	if len(page) > 0 {
-		keys = keys[sort.SearchStrings(keys, page[len(page)-1].Key+"\x00"):]
+		last := page[len(page)-1].Key
+		keys = keys[sort.Search(len(keys), func(i int) bool { return keys[i].key > last }):]
 	}
 	rest, err := s.listSplit(ctx, opts, rev, keys, meanSize(page), share)
 	if err != nil {

@@ -47,7 +47,6 @@ func (s *Source) listSplit(ctx context.Context, opts storage.ListOptions, rev ui
 	objs := make([]*object.Object, len(keys))
 	// runs are [from, to) ranges of keys to read, in order.
 	var runs [][2]int
-	toRead := 0
 	for i, k := range keys {
 		if share {
 			if o, ok := s.cfg.Objects.Get(k.key); ok && o.RV == uint64(k.modRev) {
@@ -56,12 +55,14 @@ func (s *Source) listSplit(ctx context.Context, opts storage.ListOptions, rev ui
 			}
 		}
 		if n := len(runs); n > 0 && i-runs[n-1][1] < heldGap {
-			toRead += i + 1 - runs[n-1][1]
 			runs[n-1][1] = i + 1
 		} else {
-			toRead++
 			runs = append(runs, [2]int{i, i + 1})
 		}
+	}
+	toRead := 0
+	for _, r := range runs {
+		toRead += r[1] - r[0]
 	}
 	cpus := goruntime.GOMAXPROCS(0)
 	per := max(1, min(int(s.cfg.ListPageSize), int(s.cfg.ListPageBytes)/size, (toRead+cpus-1)/cpus))

@@ -40,22 +40,32 @@ func (k *countingKeys) ReadKeys(ctx context.Context, rev int64, fn func(string, 
 }
 
 // pageLimits records the limit of every page a cache reads after its
-// first, from a continue token. With keysStarted, the first page waits
-// for the keys' read to start, for up to 5 s, and says in overlapped
-// whether it did: whether the two are read at once.
+// first, from a continue token, and sums them by the revision the token
+// carries: how many objects it read from etcd at each revision, as every
+// such page is exact. With keysStarted, the first page waits for the
+// keys' read to start, for up to 5 s, and says in overlapped whether it
+// did: whether the two are read at once.
 type pageLimits struct {
 	storage.Interface
 	keysStarted <-chan struct{}
 	overlapped  atomic.Bool
-	// mu guards limits.
+	// mu guards limits and readAt.
 	mu     sync.Mutex
 	limits []int64
+	readAt map[int64]int64
 }
 
 func (p *pageLimits) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
 	if opts.Predicate.Continue != "" {
+		_, rv, err := storage.DecodeContinue(opts.Predicate.Continue, "/pods/")
 		p.mu.Lock()
 		p.limits = append(p.limits, opts.Predicate.Limit)
+		if err == nil {
+			if p.readAt == nil {
+				p.readAt = map[int64]int64{}
+			}
+			p.readAt[rv] += opts.Predicate.Limit
+		}
 		p.mu.Unlock()
 	} else if p.keysStarted != nil {
 		select {
@@ -154,27 +164,6 @@ func TestListSplit(t *testing.T) {
 	}
 }
 
-// pagesAt sums the limits of the pages a cache reads after a first, from
-// a continue token, by the revision the token carries: how many objects
-// it read from etcd at each revision, as every such page is exact.
-type pagesAt struct {
-	storage.Interface
-	// mu guards read.
-	mu   sync.Mutex
-	read map[int64]int64
-}
-
-func (p *pagesAt) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
-	if opts.Predicate.Continue != "" {
-		if _, rv, err := storage.DecodeContinue(opts.Predicate.Continue, "/pods/"); err == nil {
-			p.mu.Lock()
-			p.read[rv] += opts.Predicate.Limit
-			p.mu.Unlock()
-		}
-	}
-	return p.Interface.GetList(ctx, key, opts, listObj)
-}
-
 // TestBackfillReadsWhatChanged restarts a cache warm over 30 pods of which
 // two changed since the state the backfill lists: past its first page, the
 // backfill reads only those two from etcd and takes the others from the
@@ -202,7 +191,7 @@ func TestBackfillReadsWhatChanged(t *testing.T) {
 	head, _ := c.cfg.Versioner.ParseResourceVersion(changed[1].ResourceVersion)
 	from := int64(head) - 2 // every pod as created
 
-	pages := &pagesAt{read: map[int64]int64{}}
+	pages := &pageLimits{}
 	restarted := restartCache(t, c, func(cfg *Config) {
 		pages.Interface = cfg.Storage
 		cfg.Storage = pages
@@ -215,7 +204,7 @@ func TestBackfillReadsWhatChanged(t *testing.T) {
 		t.Fatal("the warm start's history fill never ended")
 	}
 	pages.mu.Lock()
-	read := pages.read[from]
+	read := pages.readAt[from]
 	pages.mu.Unlock()
 	if read != 2 {
 		t.Errorf("the backfill read %d objects at revision %d past its first page, want the 2 that changed since", read, from)

@@ -31,8 +31,10 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
 
-// TestMain removes the binaries build made: about 275 MB a run.
+// TestMain removes the binaries build made: about 275 MB a run. In a
+// writer process it writes instead (writer_process_test.go).
 func TestMain(m *testing.M) {
+	runWriterProcess()
 	code := m.Run()
 	testkit.RemoveBuilds()
 	os.Exit(code)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +72,8 @@ type scaleServer struct {
 	bin  string
 	args []string
 	proc *testkit.Process
+	// kubeconfig is where the server writes its kubeconfig.
+	kubeconfig string
 }
 
 // startScaleEtcd starts a one-member etcd under dir with room for the
@@ -83,7 +87,8 @@ func startScaleEtcd(b *testing.B, dir string) string {
 // flight: the benchmarks measure the cache, not the limits before it.
 func newScaleServer(b *testing.B, bin, dataDir, etcdURL string) *scaleServer {
 	return &scaleServer{bin: bin, args: []string{"--data-dir", dataDir, "--secure-port", strconv.Itoa(testkit.FreePort(b)),
-		"--etcd-servers", etcdURL, "--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0"}}
+		"--etcd-servers", etcdURL, "--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0"},
+		kubeconfig: filepath.Join(dataDir, "kubeconfig")}
 }
 
 func (s *scaleServer) start(b *testing.B) {
@@ -109,7 +114,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	srv.start(b)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := waitServing(ctx, b, filepath.Join(dir, "server", "kubeconfig"))
+	cfg := waitServing(ctx, b, srv.kubeconfig)
 	client := versioned.NewForConfigOrDie(cfg)
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -142,7 +147,8 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 		b.ReportMetric(ms(took), fmt.Sprintf("%dlists-all-ms", n))
 	}
 
-	watchListRun(ctx, b, cfg, hc, base, watchListOpts{clients: sz.watchLists, etcdURL: etcdURL})
+	watchListRun(ctx, b, cfg, hc, base, watchListOpts{clients: sz.watchLists, etcdURL: etcdURL,
+		kubeconfig: srv.kubeconfig})
 	// Ours keeps each encoding a watch asked for with the object it
 	// encodes, for the watchers after, until 10 s pass without a send
 	// (cacher.DefaultEncodingTTL); this is what stays once they went.
@@ -479,6 +485,8 @@ type watchListOpts struct {
 	warmUp bool
 	// etcdURL is the server's etcd, for probes (BENCH_PROBES).
 	etcdURL string
+	// kubeconfig is the server's, for the writer process.
+	kubeconfig string
 	// version is the API version the watch-lists ask for: "" is base's,
 	// the storage version, whose objects ours sends as they are cached;
 	// another one is converted and encoded for the watchers.
@@ -489,29 +497,10 @@ type watchListOpts struct {
 // each stream every object with sendInitialEvents, and reports the time
 // to each client's initial-events-end bookmark and the writes' p99 both ways.
 func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, opts watchListOpts) {
-	// The writer is another client, as a controller would be: with its own
-	// connection, not one multiplexed with the watch-lists' HTTP/2 streams,
-	// where its responses would wait for their frames.
-	client := versioned.NewForConfigOrDie(ownConnection(cfg))
+	// The writer is another client, as a controller would be: a process
+	// of its own (writer_process_test.go), with its own connection.
 	writes := func(stop <-chan struct{}, max int) []time.Duration {
-		var took []time.Duration
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for i := 0; i < max; i++ {
-			select {
-			case <-stop:
-				return took
-			case <-tick.C:
-			}
-			a := &v1beta1.Assignment{ObjectMeta: metav1.ObjectMeta{GenerateName: "w-", Namespace: "writes"},
-				Spec: v1beta1.AssignmentSpec{AgentName: "agent-w"}}
-			t0 := time.Now()
-			if _, err := client.FleetV1beta1().Assignments("writes").Create(ctx, a, metav1.CreateOptions{}); err != nil {
-				b.Fatal(err)
-			}
-			took = append(took, time.Since(t0))
-		}
-		return took
+		return writesFrom(ctx, b, opts.kubeconfig, stop, max)
 	}
 	// Writes in the first seconds after a start are slower, while the
 	// start's garbage is collected (p99 up to 40 ms within 30 s of a
@@ -537,6 +526,9 @@ func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 	reportDuring := probes.run(ctx, "during", stop, 60*100)
 	var wg sync.WaitGroup
 	ends := make([]time.Duration, opts.clients)
+	// wire is what each watch-list read off the connection, compressed,
+	// until its initial-events-end.
+	wire := make([]int64, opts.clients)
 	url := base + "?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
 	if opts.version != "" {
 		url = strings.Replace(url, "/v1beta1/", "/"+opts.version+"/", 1)
@@ -554,13 +546,25 @@ func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			// Asked for, as the transport would, so that it hands the body on
+			// compressed and the bytes on the wire can be counted.
+			req.Header.Set("Accept-Encoding", "gzip")
 			resp, err := hc.Do(req)
 			if err != nil {
 				b.Error(err)
 				return
 			}
 			defer resp.Body.Close()
-			br := bufio.NewReaderSize(resp.Body, 1<<20)
+			counted := &countingReader{r: resp.Body}
+			defer func() { wire[i] = counted.n }()
+			body := io.Reader(counted)
+			if resp.Header.Get("Content-Encoding") == "gzip" {
+				if body, err = gzip.NewReader(counted); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			br := bufio.NewReaderSize(body, 1<<20)
 			for {
 				line, err := br.ReadSlice('\n')
 				if err == bufio.ErrBufferFull {
@@ -583,6 +587,8 @@ func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 	reportDuring()
 	b.ReportMetric(ms(percentile(ends, 0.5)), "watchlist-end-p50-ms")
 	b.ReportMetric(ms(percentile(ends, 1)), "watchlist-end-max-ms")
+	slices.Sort(wire)
+	b.ReportMetric(float64(wire[len(wire)/2])/(1<<20), "watchlist-wire-MiB")
 	b.ReportMetric(ms(percentile(alone, 0.99)), "writes-alone-p99-ms")
 	if len(duringTook) > 0 {
 		b.ReportMetric(ms(percentile(duringTook, 0.99)), "writes-during-watchlists-p99-ms")
@@ -596,4 +602,16 @@ func ownConnection(cfg *rest.Config) *rest.Config {
 	c := rest.CopyConfig(cfg)
 	c.Dial = (&net.Dialer{}).DialContext
 	return c
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

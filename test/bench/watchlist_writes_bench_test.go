@@ -37,9 +37,9 @@ import (
 func BenchmarkWatchListWrites(b *testing.B) {
 	clients := envInt("WATCHLIST_CLIENTS", 100)
 	l := newLoaded(b, "WATCHLIST", 10_000)
-	l.takeTurns(b, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, _ *scaleServer) {
+	l.takeTurns(b, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
 		watchListRun(ctx, b, cfg, hc, base, watchListOpts{clients: clients, warmUp: true, etcdURL: l.etcdURL,
-			version: os.Getenv("WATCHLIST_VERSION")})
+			kubeconfig: s.kubeconfig, version: os.Getenv("WATCHLIST_VERSION")})
 	}, func(ctx context.Context, b *testing.B) {
 		// The next server streams the same objects: without this, each
 		// run's writes would add to every later run's watch-lists.
@@ -93,7 +93,7 @@ func newLoaded(b *testing.B, prefix string, objects int) *loaded {
 func (l *loaded) server(b *testing.B, impl, bin string) (*scaleServer, *rest.Config) {
 	s := newScaleServer(b, bin, filepath.Join(l.dir, impl), l.etcdURL)
 	s.start(b)
-	return s, waitServing(context.Background(), b, filepath.Join(l.dir, impl, "kubeconfig"))
+	return s, waitServing(context.Background(), b, s.kubeconfig)
 }
 
 // takeTurns runs each server over the loaded etcd in turn, for the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/embedetcd"
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 )
 
 // benchEtcdEnv, set in the environment, makes this test binary run an etcd
@@ -74,25 +74,12 @@ func (e *benchEtcd) write(w benchWrite, done func(i int, at int64)) error {
 // benchmark ends.
 func newBenchEtcd(b *testing.B) *benchEtcd {
 	klog.SetLogger(klog.Background().V(10)) // quiet
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), benchEtcdEnv+"="+b.TempDir())
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe() // the child exits when this closes
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
+	child := testkit.StartChild(b, os.Stderr, benchEtcdEnv+"="+b.TempDir())
 	b.Cleanup(func() {
-		stdin.Close()
-		_ = cmd.Wait()
+		child.Stdin.Close() // the child exits
+		_ = child.Cmd.Wait()
 	})
-	out := bufio.NewReader(stdout)
+	out := bufio.NewReader(child.Stdout)
 	line, err := out.ReadString('\n')
 	endpoint, ok := strings.CutPrefix(strings.TrimSpace(line), "ready ")
 	if err != nil || !ok {
@@ -103,7 +90,7 @@ func newBenchEtcd(b *testing.B) *benchEtcd {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { client.Close() })
-	return &benchEtcd{client: client, stdin: stdin, out: out}
+	return &benchEtcd{client: client, stdin: child.Stdin, out: out}
 }
 
 // runBenchEtcd is the child: an etcd on free loopback ports in dir, until

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -64,12 +65,13 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	foreground := apiserver.NewForeground(0, nil)
 	var authReady *apiserver.AuthenticationReady // set below, once authentication is configured
 	serverConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
-		// The watch limit innermost, so that the request is authenticated
-		// and its info known; the wait for the client CAs outside the
-		// chain, and the foreground's count outside all, so that a
-		// request counts from its start.
+		// The watch limit and the watch-lists' shared gzip innermost, so
+		// that the request is authenticated and its info known; the wait
+		// for the client CAs outside the chain, and the foreground's count
+		// outside all, so that a request counts from its start.
+		inner := apiserver.WithWatchLimit(apiserver.WithWatchListGzip(h, newGzipStream), maxWatches, c.Serializer)
 		chain := apiserver.WithForeground(authReady.WithAuthenticationReady(
-			genericapiserver.DefaultBuildHandlerChain(apiserver.WithWatchLimit(h, maxWatches, c.Serializer), c)),
+			genericapiserver.DefaultBuildHandlerChain(inner, c)),
 			foreground, c.RequestInfoResolver, c.LongRunningFunc)
 		if !c.ShutdownSendRetryAfter {
 			return chain
@@ -167,3 +169,6 @@ func (o *Options) watchCacheOptions(foreground gate.Foreground, sizes map[schema
 		Sizes:                    sizes,
 	}
 }
+
+// newGzipStream is the cache's GzipStream for a watch-list's response.
+func newGzipStream(w io.Writer) apiserver.GzipStream { return cacher.NewGzipStream(w) }

@@ -48,6 +48,10 @@ type encoding struct {
 	once sync.Once
 	raw  []byte
 	err  error
+
+	// run is the run of frames that raw, a watch event's frame, begins,
+	// compressed once for every watch-list (GzipStream), or nil.
+	run atomic.Pointer[run]
 }
 
 var (
@@ -146,6 +150,9 @@ func (co *Caching) CacheEncode(id runtime.Identifier, encode func(runtime.Object
 		}
 		// A copy of the length, without the buffer's spare capacity.
 		e.raw = bytes.Clone(buf.Bytes())
+		if kind == encoderWatch && e.err == nil {
+			e.register()
+		}
 		if buf.Cap() <= maxScratch {
 			scratch.Put(buf)
 		}

@@ -1,0 +1,17 @@
+package cacher
+
+import (
+	"io"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+)
+
+// GzipStream writes a watch's response as a stream of gzip members, in
+// which runs of the watch event frames the cache encoded and holds are
+// compressed once for every watch that sends them: the initial events of
+// watch-lists. The frames must be written as the cache wrote them, not
+// copies: it is how they are known.
+type GzipStream = object.GzipStream
+
+// NewGzipStream returns a GzipStream writing to w.
+func NewGzipStream(w io.Writer) *GzipStream { return object.NewGzipStream(w) }

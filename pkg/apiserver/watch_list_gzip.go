@@ -35,8 +35,10 @@ type GzipStream interface {
 // passes untouched.
 func WithWatchListGzip(handler http.Handler, newStream func(io.Writer) GzipStream) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if !isWatchList(req) || wsstream.IsWebSocketRequest(req) ||
-			responsewriters.ContentEncodingSupported(req, features.WatchListCompression) != "gzip" {
+		// The header checks first: they spare a watch whose client takes
+		// no gzip the decode of its options.
+		if responsewriters.ContentEncodingSupported(req, features.WatchListCompression) != "gzip" ||
+			wsstream.IsWebSocketRequest(req) || !isWatchList(req) {
 			handler.ServeHTTP(w, req)
 			return
 		}

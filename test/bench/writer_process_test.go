@@ -98,7 +98,6 @@ func writeEvery10ms(kubeconfig string, stdin io.Reader, stdout io.Writer) error 
 func writesFrom(ctx context.Context, b *testing.B, kubeconfig string, stop <-chan struct{}, max int) []time.Duration {
 	var stderr bytes.Buffer
 	child := testkit.StartChild(b, &stderr, writerKubeconfig+"="+kubeconfig, writerMax+"="+strconv.Itoa(max))
-	stdin, stdout, cmd := child.Stdin, child.Stdout, child.Cmd
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
@@ -107,10 +106,10 @@ func writesFrom(ctx context.Context, b *testing.B, kubeconfig string, stop <-cha
 		case <-done:
 		case <-ctx.Done():
 		}
-		stdin.Close()
+		child.Stdin.Close()
 	}()
 	var took []time.Duration
-	lines := bufio.NewScanner(stdout)
+	lines := bufio.NewScanner(child.Stdout)
 	for lines.Scan() {
 		ns, err := strconv.ParseInt(lines.Text(), 10, 64)
 		if err != nil {
@@ -118,10 +117,8 @@ func writesFrom(ctx context.Context, b *testing.B, kubeconfig string, stop <-cha
 		}
 		took = append(took, time.Duration(ns))
 	}
-	if err := cmd.Wait(); err != nil {
-		b.Fatalf("writer process: %v: %s", err, lastBytes(stderr.Bytes(), 2000))
+	if err := child.Cmd.Wait(); err != nil {
+		b.Fatalf("writer process: %v: %s", err, testkit.Tail(stderr.Bytes(), 2000))
 	}
 	return took
 }
-
-func lastBytes(p []byte, n int) []byte { return p[max(0, len(p)-n):] }

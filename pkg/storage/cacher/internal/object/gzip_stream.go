@@ -200,10 +200,11 @@ func (s *GzipStream) clear() {
 // one another stream made for them, or one made now and kept for the next.
 func (s *GzipStream) complete() error {
 	r := s.match
-	if r == nil || len(r.frames) != len(s.pending) {
-		if r != nil { // another run from the same frame: this stream's own
-			return s.release()
-		}
+	switch {
+	case r != nil && len(r.frames) != len(s.pending):
+		// Another run from the same frame: this stream's own.
+		return s.release()
+	case r == nil:
 		r = &run{frames: append([][]byte(nil), s.pending...)}
 		if r.member = gzipMember(r.frames); r.member == nil {
 			return s.release()

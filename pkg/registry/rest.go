@@ -38,7 +38,7 @@ type REST struct {
 
 // listResponder is a storageList, of any item type.
 type listResponder interface {
-	response(newList func() runtime.Object) (runtime.Object, error)
+	response(newList func() runtime.Object, gz *GzipResponse) (runtime.Object, error)
 }
 
 var (
@@ -84,7 +84,7 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 	if !ok {
 		return nil, fmt.Errorf("storage answered a list with %T", out)
 	}
-	return l.response(r.Store.NewListFunc)
+	return l.response(r.Store.NewListFunc, GzipResponseFrom(ctx))
 }
 
 // Watch implements rest.Watcher.

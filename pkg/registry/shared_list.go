@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net/http"
 	"reflect"
 	"slices"
 
@@ -43,6 +44,8 @@ type sharedList struct {
 
 	// newList returns an empty list of the resource's list type.
 	newList func() runtime.Object
+	// gzip, if set, is the response this list may write compressed itself.
+	gzip *GzipResponse
 }
 
 var _ runtime.CacheableObject = &sharedList{}
@@ -82,6 +85,9 @@ func (l *sharedList) CacheEncode(id runtime.Identifier, encode func(runtime.Obje
 		}
 		return encode(full, w)
 	}
+	if done, err := l.writeGzip(id, encode, open); done {
+		return err
+	}
 	// The response writer takes a first write of at most 4 bytes for a
 	// stream and gathers what follows to choose gzip, as it does for the
 	// streaming encoders; a longer first write it sends uncompressed.
@@ -101,6 +107,77 @@ func (l *sharedList) CacheEncode(id runtime.Identifier, encode func(runtime.Obje
 	}
 	iw.out.Write(listEnd)
 	return iw.flush()
+}
+
+// gzipThreshold is the size above which k8s.io/apiserver compresses a
+// response (responsewriters' defaultGzipThresholdBytes).
+const gzipThreshold = 128 << 10
+
+// commaBrace separates a list's items that ListItem opens with a brace.
+var commaBrace = []byte(",{")
+
+// writeGzip writes the list compressed, to l.gzip's writer, as the library
+// would for the request, if every item is the cache's bytes for this
+// encoder and the list is larger than the library's threshold; done is
+// false if it wrote nothing, and the caller writes the list. Runs of items
+// are compressed once for every list that sends them (GzipItemStream).
+// The library's writer is then not written to, and writes nothing.
+func (l *sharedList) writeGzip(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, head []byte) (done bool, err error) {
+	if l.gzip == nil {
+		return false, nil
+	}
+	size := len(head) + len(listEnd)
+	for _, o := range l.Items {
+		li, ok := o.(listItem)
+		if !ok {
+			return false, nil
+		}
+		open, rest, ok := li.ListItem(id, encode)
+		if !ok {
+			return false, nil
+		}
+		size += 1 + len(open) + len(rest)
+	}
+	if size <= gzipThreshold {
+		return false, nil
+	}
+	w := l.gzip.W
+	w.Header().Set("Content-Type", "application/json") // the encoder's: compact JSON
+	w.Header().Set("Content-Encoding", "gzip")
+	w.Header().Add("Vary", "Accept-Encoding")
+	w.WriteHeader(http.StatusOK)
+	s := l.gzip.NewStream(w)
+	if err := l.writeItems(s, id, encode, head); err != nil {
+		// The status is sent: an error now would be written after the
+		// items, into the stream. The client reads a stream cut short.
+		utilruntime.HandleError(fmt.Errorf("writing a compressed list of %d items: %w", len(l.Items), err))
+	}
+	return true, nil
+}
+
+// writeItems writes the list to s, its head first.
+func (l *sharedList) writeItems(s GzipItemStream, id runtime.Identifier, encode func(runtime.Object, io.Writer) error, head []byte) error {
+	if _, err := s.Write(head); err != nil {
+		return err
+	}
+	for i, o := range l.Items {
+		open, rest, _ := o.(listItem).ListItem(id, encode) // each gave its bytes to writeGzip
+		prefix := open
+		switch {
+		case i == 0:
+		case bytes.Equal(open, commaBrace[1:]):
+			prefix = commaBrace
+		default:
+			prefix = append([]byte{','}, open...)
+		}
+		if err := s.WriteItem(prefix, o, rest); err != nil {
+			return err
+		}
+	}
+	if _, err := s.Write(listEnd); err != nil {
+		return err
+	}
+	return s.Close()
 }
 
 // itemWriter writes a shared list's items: the bytes of those that have

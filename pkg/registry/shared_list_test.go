@@ -268,3 +268,104 @@ func TestSharedListItems(t *testing.T) {
 		t.Errorf("list metadata %+v", l.ListMeta)
 	}
 }
+
+// bytesItem is an item that gives its bytes to a list, as the cache's
+// objects do (listItem), for every encoder.
+type bytesItem struct {
+	*fleet.Assignment
+	open, rest []byte
+}
+
+func (b bytesItem) ListItem(runtime.Identifier, func(runtime.Object, io.Writer) error) (open, rest []byte, ok bool) {
+	return b.open, b.rest, true
+}
+
+// itemStream is a GzipItemStream of one member that counts its items.
+type itemStream struct {
+	*gzip.Writer
+	items int
+}
+
+func (s *itemStream) WriteItem(prefix []byte, _ runtime.Object, frame []byte) error {
+	s.items++
+	if _, err := s.Write(prefix); err != nil {
+		return err
+	}
+	_, err := s.Write(frame)
+	return err
+}
+
+// TestSharedListGzip: a shared list whose items all give their bytes, and
+// whose request carries a GzipResponse, writes its response itself through
+// the response's GzipItemStream when the library would compress it: larger
+// than 128 KiB. The response is what the library writes for the list
+// type, compressed; any other list is the library's to write.
+func TestSharedListGzip(t *testing.T) {
+	cf, infos := mediaTypes(t)
+	info, _ := runtime.SerializerInfoForMediaType(infos, runtime.ContentTypeJSON)
+	enc := cf.EncoderForVersion(info.Serializer, v1beta1.SchemeGroupVersion)
+	withBytes := func(items []fleet.Assignment) *sharedList {
+		l := share(items, metav1.ListMeta{ResourceVersion: "42"})
+		for i := range items {
+			var buf bytes.Buffer
+			if err := enc.Encode(&fleet.AssignmentList{Items: items[i : i+1]}, &buf); err != nil {
+				t.Fatal(err)
+			}
+			_, item, _ := bytes.Cut(buf.Bytes(), itemsKey)
+			item, _ = bytes.CutSuffix(item, listEnd)
+			l.Items[i] = bytesItem{Assignment: &items[i], open: item[:1], rest: item[1:]}
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name string
+		list *sharedList
+		// gzip is whether the request carries a GzipResponse; ours whether
+		// the list writes through it, and compressed whether the response is.
+		gzip, ours, compressed bool
+	}{
+		{name: "large, of bytes", list: withBytes(assignments(300, 1024)), gzip: true, ours: true, compressed: true},
+		{name: "small, of bytes", list: withBytes(assignments(30, 1024)), gzip: true},
+		{name: "large, of objects", list: share(assignments(300, 1024), metav1.ListMeta{ResourceVersion: "42"}), gzip: true, compressed: true},
+		{name: "large, of bytes, not asked for", list: withBytes(assignments(300, 1024)), compressed: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stream *itemStream
+			req := httptest.NewRequest(http.MethodGet, "/apis/fleet.example.com/v1beta1/assignments", nil)
+			req.Header.Set("Accept-Encoding", "gzip")
+			w := httptest.NewRecorder()
+			l := *tc.list
+			if tc.gzip {
+				l.gzip = &GzipResponse{W: w, NewStream: func(w io.Writer) GzipItemStream {
+					stream = &itemStream{Writer: gzip.NewWriter(w)}
+					return stream
+				}}
+			}
+			responsewriters.SerializeObject(runtime.ContentTypeJSON, enc, w, req, http.StatusOK, &l)
+			if (stream != nil) != tc.ours || stream != nil && stream.items != len(l.Items) {
+				t.Fatalf("the list's own stream: %v, want %v", stream, tc.ours)
+			}
+			if got := w.Header().Get("Content-Encoding") == "gzip"; got != tc.compressed || w.Code != http.StatusOK ||
+				w.Header().Get("Content-Type") != runtime.ContentTypeJSON {
+				t.Fatalf("%d, Content-Type %q, Content-Encoding %q", w.Code, w.Header().Get("Content-Type"), w.Header().Get("Content-Encoding"))
+			}
+			body := w.Body.Bytes()
+			if tc.compressed {
+				zr, err := gzip.NewReader(w.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if body, err = io.ReadAll(zr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var want bytes.Buffer
+			if err := enc.Encode(l.GetObject(), &want); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(body, want.Bytes()) {
+				t.Errorf("the response is\n%.300s\nwant\n%.300s", body, want.Bytes())
+			}
+		})
+	}
+}

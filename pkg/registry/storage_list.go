@@ -51,11 +51,12 @@ func (l *storageList[T, PT]) DeepCopyObject() runtime.Object {
 }
 
 // response is what the List verb answers: the shared objects in a
-// sharedList, or the items storage filled in the resource's list type,
-// moved there without a copy.
-func (l *storageList[T, PT]) response(newList func() runtime.Object) (runtime.Object, error) {
+// sharedList, which writes its response compressed with gz if it is not
+// nil, or the items storage filled in the resource's list type, moved
+// there without a copy.
+func (l *storageList[T, PT]) response(newList func() runtime.Object, gz *GzipResponse) (runtime.Object, error) {
 	if l.shared != nil {
-		return &sharedList{ListMeta: l.ListMeta, Items: l.shared, newList: newList}, nil
+		return &sharedList{ListMeta: l.ListMeta, Items: l.shared, newList: newList, gzip: gz}, nil
 	}
 	out := newList()
 	items, err := itemsOf(out)

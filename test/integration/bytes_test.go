@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
-	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -19,15 +18,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics/legacyregistry"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
 	fleetfuzzer "github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/fuzzer"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apiserver"
 )
 
-// equalityNamespace holds the objects TestResponsesFromBytes writes.
-const equalityNamespace = "bytes"
+// equalityNamespace holds the objects TestResponsesFromBytes writes, and
+// equalityListNamespace the many it lists compressed.
+const (
+	equalityNamespace     = "bytes"
+	equalityListNamespace = "bytes-list"
+)
 
 // TestResponsesFromBytes: the cache keeps each object as its bytes and
 // writes JSON responses at the storage version from them, and decodes for
@@ -45,14 +50,14 @@ func TestResponsesFromBytes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	codec := apiserver.Codecs.LegacyCodec(v1beta1.SchemeGroupVersion)
-	put := func(a *fleet.Assignment) int64 {
+	put := func(ns string, a *fleet.Assignment) int64 {
 		t.Helper()
-		a.Namespace, a.ResourceVersion = equalityNamespace, ""
+		a.Namespace, a.ResourceVersion = ns, ""
 		data, err := runtime.Encode(codec, a)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := etcd.Put(ctx, "/registry/fleet.example.com/assignments/"+equalityNamespace+"/"+a.Name, string(data))
+		resp, err := etcd.Put(ctx, "/registry/fleet.example.com/assignments/"+ns+"/"+a.Name, string(data))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,13 +72,13 @@ func TestResponsesFromBytes(t *testing.T) {
 	objs := append(fuzzedAssignments(20), edgeAssignments()...)
 	var rv int64
 	for _, a := range objs {
-		rv = put(a)
+		rv = put(equalityNamespace, a)
 	}
 	// Modified and deleted, for every event type.
 	for _, a := range objs[:5] {
 		a.Spec.Payload += " changed"
 		a.Labels = map[string]string{"changed": "yes"}
-		rv = put(a)
+		rv = put(equalityNamespace, a)
 	}
 	for _, a := range objs[5:8] {
 		resp, err := etcd.Delete(ctx, "/registry/fleet.example.com/assignments/"+equalityNamespace+"/"+a.Name)
@@ -83,6 +88,13 @@ func TestResponsesFromBytes(t *testing.T) {
 		rv = resp.Header.Revision
 	}
 	writes := len(objs) + 5 + 3
+	// A list larger than the library's threshold for gzip, 128 KiB, with
+	// enough items for runs to begin at some.
+	many := fuzzedAssignments(600)
+	for i, a := range many {
+		a.Name = fmt.Sprintf("many-%04d", i)
+		rv = put(equalityListNamespace, a)
+	}
 
 	accepts := []string{
 		"application/json",
@@ -129,6 +141,29 @@ func TestResponsesFromBytes(t *testing.T) {
 				}
 			}
 		}
+		// A list whose client accepts gzip: ours sends runs of objects the
+		// cache compressed once (pkg/apiserver's WithListGzip), as members
+		// of a gzip stream, and must send what the server without the cache
+		// sends a client that accepts no encoding. Twice, so that the second
+		// is sent the members the first made.
+		list := fmt.Sprintf("/apis/fleet.example.com/%s/namespaces/%s/assignments?resourceVersion=%d&resourceVersionMatch=NotOlderThan",
+			version, equalityListNamespace, rv)
+		wantList, _ := encodedBody(ctx, t, plainClient, plain.URL+list, "identity")
+		for _, c := range caches {
+			for i := range 2 {
+				runs := gzipRuns(t)
+				got, members := encodedBody(ctx, t, c.client, c.url+list, "gzip")
+				if !bytes.Equal(got, wantList) || members != 1 {
+					t.Errorf("%s gzip, in %d members:\n%s", list, members, firstDifference(got, wantList))
+				}
+				// The first list compresses its runs, the second sends them;
+				// a list at another version is the library's, which has none.
+				runs = gzipRuns(t).minus(runs)
+				if want := version == "v1beta1"; (runs.compressed > 0) != (want && i == 0) || (runs.shared > 0) != (want && i == 1) {
+					t.Errorf("%s gzip, list %d: %+v runs", list, i, runs)
+				}
+			}
+		}
 		// A watch-list whose client accepts gzip: ours sends runs of events
 		// the cache compressed once (pkg/apiserver's WithWatchListGzip),
 		// and must send what it sends a client that accepts no encoding.
@@ -151,10 +186,37 @@ func TestResponsesFromBytes(t *testing.T) {
 	}
 }
 
+// runCounts are the counts of cached_apiserver_watch_cache_gzip_runs_total.
+type runCounts struct{ compressed, shared float64 }
+
+func gzipRuns(t *testing.T) runCounts {
+	t.Helper()
+	const name = "cached_apiserver_watch_cache_gzip_runs_total"
+	return runCounts{compressed: metricValue(t, legacyregistry.DefaultGatherer, name, map[string]string{"result": "compressed"}),
+		shared: metricValue(t, legacyregistry.DefaultGatherer, name, map[string]string{"result": "shared"})}
+}
+
+func (r runCounts) minus(o runCounts) runCounts {
+	return runCounts{compressed: r.compressed - o.compressed, shared: r.shared - o.shared}
+}
+
 // encodedWatchLines reads the first n events of a JSON watch that ends
 // by itself, asked for with Accept-Encoding encoding, gzip or identity, in
 // which it must come.
 func encodedWatchLines(ctx context.Context, t *testing.T, c *http.Client, url, encoding string, n int) [][]byte {
+	t.Helper()
+	body, _ := encodedBody(ctx, t, c, url, encoding)
+	lines := bytes.SplitAfter(body, []byte("\n"))
+	if len(lines) < n {
+		t.Fatalf("watch %s: %d events, want %d", url, len(lines), n)
+	}
+	return lines[:n]
+}
+
+// encodedBody reads a JSON response that ends by itself, asked for with
+// Accept-Encoding encoding, gzip or identity, in which it must come, and
+// returns it decoded, and how many gzip members it came in.
+func encodedBody(ctx context.Context, t *testing.T, c *http.Client, url, encoding string) ([]byte, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -172,25 +234,16 @@ func encodedWatchLines(ctx context.Context, t *testing.T, c *http.Client, url, e
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("watch %s: %v", url, err)
+		t.Fatalf("GET %s: %v", url, err)
 	}
 	if got := cmp.Or(resp.Header.Get("Content-Encoding"), "identity"); resp.StatusCode != http.StatusOK || got != encoding {
-		t.Fatalf("watch %s: %d in %s, want 200 in %s: %q", url, resp.StatusCode, got, encoding, body)
+		t.Fatalf("GET %s: %d in %s, want 200 in %s: %.300q", url, resp.StatusCode, got, encoding, body)
 	}
-	if encoding == "gzip" {
-		zr, err := gzip.NewReader(bytes.NewReader(body))
-		if err == nil {
-			body, err = io.ReadAll(zr)
-		}
-		if err != nil {
-			t.Fatalf("watch %s: %v", url, err)
-		}
+	if encoding != "gzip" {
+		return body, 0
 	}
-	lines := bytes.SplitAfter(body, []byte("\n"))
-	if len(lines) < n {
-		t.Fatalf("watch %s: %d events, want %d", url, len(lines), n)
-	}
-	return lines[:n]
+	members := testkit.GzipMembers(t, body)
+	return bytes.Join(members, nil), len(members)
 }
 
 // fuzzedAssignments returns n Assignments filled by the group's fuzzer,

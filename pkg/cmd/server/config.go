@@ -21,6 +21,7 @@ import (
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/apiserver"
 	fleetopenapi "github.com/cached-apiserver/cached-apiserver/pkg/generated/openapi"
+	"github.com/cached-apiserver/cached-apiserver/pkg/registry"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
 )
@@ -65,11 +66,12 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	foreground := apiserver.NewForeground(0, nil)
 	var authReady *apiserver.AuthenticationReady // set below, once authentication is configured
 	serverConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
-		// The watch limit and the watch-lists' shared gzip innermost, so
-		// that the request is authenticated and its info known; the wait
+		// The watch limit and the shared gzip of watch-lists and lists
+		// innermost, so that the request is authenticated and its info
+		// known, and a list writes to the writer the handler has; the wait
 		// for the client CAs outside the chain, and the foreground's count
 		// outside all, so that a request counts from its start.
-		inner := apiserver.WithWatchLimit(apiserver.WithWatchListGzip(h, newGzipStream), maxWatches, c.Serializer)
+		inner := apiserver.WithWatchLimit(apiserver.WithWatchListGzip(apiserver.WithListGzip(h, newListGzipStream), newGzipStream), maxWatches, c.Serializer)
 		chain := apiserver.WithForeground(authReady.WithAuthenticationReady(
 			genericapiserver.DefaultBuildHandlerChain(inner, c)),
 			foreground, c.RequestInfoResolver, c.LongRunningFunc)
@@ -172,3 +174,6 @@ func (o *Options) watchCacheOptions(foreground gate.Foreground, sizes map[schema
 
 // newGzipStream is the cache's GzipStream for a watch-list's response.
 func newGzipStream(w io.Writer) apiserver.GzipStream { return cacher.NewGzipStream(w) }
+
+// newListGzipStream is the cache's GzipStream for a list's response.
+func newListGzipStream(w io.Writer) registry.GzipItemStream { return cacher.NewGzipStream(w) }

@@ -61,11 +61,11 @@ func New(cfg Config) (*Cacher, error) {
 	}
 	c := &Cacher{cfg: cfg, metrics: newCacheMetrics(cfg.GroupResource), done: make(chan struct{})}
 	c.ready = source.NewReadiness(c.metrics.unready)
-	c.build = object.NewBuilder(cfg.builderConfig())
-	c.store = store.New[*fanout.Event](c.build.IndexFuncs())
 	if cfg.EncodingTTL > 0 {
 		c.expiry = object.NewExpiry(cfg.EncodingTTL, cfg.Clock)
 	}
+	c.build = object.NewBuilder(cfg.builderConfig(c.expiry))
+	c.store = store.New[*fanout.Event](c.build.IndexFuncs())
 	c.pres = fanout.NewPresenter(cfg.TriggerField, c.build.Codec(), c.expiry)
 	c.log = history.New[*fanout.Event](history.Config{Window: cfg.HistoryWindow, MinSize: cfg.MinHistorySize, MaxSize: cfg.MaxHistorySize, Budget: cfg.HistoryBudget})
 	c.d = fanout.NewDispatcher(fanout.Config{Store: c.store, Log: c.log, Presenter: c.pres, Versioner: cfg.Versioner,

@@ -236,9 +236,10 @@ func setDefault[T comparable](v *T, def T) {
 	}
 }
 
-// builderConfig is what the cache's Builder needs of c.
-func (c *Config) builderConfig() object.BuilderConfig {
+// builderConfig is what the cache's Builder needs of c, and the cache's
+// Expiry.
+func (c *Config) builderConfig(x *object.Expiry) object.BuilderConfig {
 	return object.BuilderConfig{Codec: c.Codec, Scheme: c.Scheme, NewFunc: c.NewFunc, KeyFunc: c.KeyFunc,
 		GetAttrsFunc: c.GetAttrsFunc, Versioner: c.Versioner, TriggerField: c.TriggerField,
-		IndexerFuncs: c.IndexerFuncs, Indexers: c.Indexers}
+		IndexerFuncs: c.IndexerFuncs, Indexers: c.Indexers, Expiry: x}
 }

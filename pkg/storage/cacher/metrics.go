@@ -10,6 +10,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
@@ -93,6 +94,7 @@ func registerMetrics() {
 		upstream.Register()
 		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
 			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, initialEventsPaused, listsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap, replayedCounter, unreadyGauge)
+		legacyregistry.CustomMustRegister(&gzipRunsCollector{})
 	})
 }
 
@@ -203,3 +205,22 @@ func (m *cacheMetrics) list(index string, fetched, returned int) {
 // ShardedListAndWatch feature gate is on.
 func (m *cacheMetrics) shardedWatchStarted() { upstream.RecordShardedWatchStarted(m.gr) }
 func (m *cacheMetrics) shardedWatchStopped() { upstream.RecordShardedWatchStopped(m.gr) }
+
+// gzipRunsDesc counts the runs GzipStreams compressed, in every resource.
+var gzipRunsDesc = compbasemetrics.NewDesc(namespace+"_"+subsystem+"_gzip_runs_total",
+	"Runs of watch events or list items compressed for a gzip response, by whether the response compressed "+
+		"the run itself (compressed) or sent it as another response had compressed it (shared).",
+	[]string{"result"}, nil, compbasemetrics.ALPHA, "")
+
+// gzipRunsCollector reads the counts of runs when scraped.
+type gzipRunsCollector struct {
+	compbasemetrics.BaseStableCollector
+}
+
+func (*gzipRunsCollector) DescribeWithStability(ch chan<- *compbasemetrics.Desc) { ch <- gzipRunsDesc }
+
+func (*gzipRunsCollector) CollectWithStability(ch chan<- compbasemetrics.Metric) {
+	made, shared := object.RunsCompressed()
+	ch <- compbasemetrics.NewLazyConstMetric(gzipRunsDesc, compbasemetrics.CounterValue, float64(made), "compressed")
+	ch <- compbasemetrics.NewLazyConstMetric(gzipRunsDesc, compbasemetrics.CounterValue, float64(shared), "shared")
+}

@@ -37,6 +37,10 @@ type BuilderConfig struct {
 	// Indexers are the indexes lists with selectors use; an object keeps
 	// their values, but the trigger field's, which it keeps already.
 	Indexers *cache.Indexers
+	// Expiry forgets the Cachings of the objects, which lists' shared runs
+	// are kept with (GzipStream.WriteItem); nil keeps them while the object
+	// is current.
+	Expiry *Expiry
 }
 
 // Builder makes the cached version of an object: its bytes and what
@@ -65,7 +69,7 @@ const (
 
 // NewBuilder returns a Builder for cfg.
 func NewBuilder(cfg BuilderConfig) *Builder {
-	return &Builder{cfg: cfg, codec: newCodec(cfg.Codec, cfg.Scheme, cfg.NewFunc), intern: newInterner(defaultInternBudget),
+	return &Builder{cfg: cfg, codec: newCodec(cfg.Codec, cfg.Scheme, cfg.NewFunc, cfg.Expiry), intern: newInterner(defaultInternBudget),
 		indexers: extraIndexers(cfg)}
 }
 

@@ -41,6 +41,10 @@ type Caching struct {
 	// mu guards encodings.
 	mu        sync.RWMutex
 	encodings map[runtime.Identifier]*encoding
+
+	// listRun is the run of lists' items the object's begins, compressed
+	// once for every list (GzipStream.WriteItem), or nil.
+	listRun atomic.Pointer[run]
 }
 
 // encoding is one serialized form, computed once.

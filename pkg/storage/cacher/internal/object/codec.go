@@ -34,6 +34,9 @@ type Codec struct {
 	// once more to find their type: nil without BuilderConfig.Scheme.
 	decoder runtime.Decoder
 	newFunc func() runtime.Object
+	// expiry is what forgets the Cachings of the cache's objects, or nil
+	// (BuilderConfig.Expiry).
+	expiry *Expiry
 
 	// mu guards encoders.
 	mu       sync.RWMutex
@@ -62,8 +65,8 @@ const (
 	encoderWatchUncached
 )
 
-func newCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtime.Object) *Codec {
-	c := &Codec{codec: codec, newFunc: newFunc, encoders: map[runtime.Identifier]encoderKind{}}
+func newCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtime.Object, expiry *Expiry) *Codec {
+	c := &Codec{codec: codec, newFunc: newFunc, expiry: expiry, encoders: map[runtime.Identifier]encoderKind{}}
 	if scheme != nil {
 		// As the storage's codec decodes (k8s.io/apiserver's storage codec:
 		// JSON, not strict, defaulted, converted into the caller's type), but

@@ -2,36 +2,44 @@ package object
 
 import (
 	"bytes"
-	"compress/gzip"
+	"compress/flate"
+	"encoding/binary"
+	"hash/crc32"
 	"io"
 	goruntime "runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 	"weak"
+
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // A watch-list's response is compressed when its client asks for gzip
-// (k8s.io/apiserver's WatchListCompression), and each watch compresses its
-// own: informers that start together compress the same events once each,
+// (k8s.io/apiserver's WatchListCompression), and a list's above 128 KiB,
+// and each response compresses its own: informers that start together, and
+// clients that list at once, compress the same objects once each. That was
 // three quarters of the server's CPU while 100 watch-lists of 10 KiB
-// objects streamed (docs/benchmarks.md, Floors). A gzip stream may be a
-// series of members, each compressed alone, and the watch handler ends one
-// at every flush already. A GzipStream writes that series, except that a
-// run of watch event frames that a Caching holds is sent as one member
-// compressed once, by the first stream that sends the run, and then by
-// every stream that sends the same frames in the same order: the initial
-// events of watch-lists, which stream the same objects in key order.
+// objects streamed, and two thirds of a list's (docs/benchmarks.md,
+// Floors). A GzipStream compresses a run of watch event frames that a
+// Caching holds, or of the cache's objects as a list's items (WriteItem),
+// once, in the first stream that sends the run; every stream that sends
+// the same frames in the same order sends that compressed run: the initial
+// events of watch-lists, and lists, which send the same objects in key
+// order.
 //
-// A member of each event alone would be simpler, and costs too much: gzip
-// writes a Huffman table at every member's start, which a client must read,
-// so that a member an event of 1 KiB took eleven times the bytes on the
-// wire, and ten times the client's CPU, that events compressed together do.
+// A run of each event alone would be simpler, and costs too much: deflate
+// writes a Huffman table at every segment's start, which a client must
+// read, so that a gzip member an event of 1 KiB took eleven times the bytes
+// on the wire, and ten times the client's CPU, that events compressed
+// together do.
 //
 // Runs must begin at the same frames in every stream, whatever each
 // stream wrote before: a frame begins one if its address hashes to one of
 // meanRun values (it is content-defined chunking, with the frame as the
 // unit), and a run ends before the next such frame, or after maxRun frames.
+// The run kept from a frame is the latest: a stream that sends other
+// frames after it, as objects change, makes a run that replaces it.
 
 const (
 	meanRun = 64
@@ -52,13 +60,20 @@ type frameKey struct {
 	e    weak.Pointer[encoding]
 }
 
-// run is a run of frames compressed as one gzip member.
+// piece is a frame as a stream sends it: after prefix, which is a list's
+// separator, or nil.
+type piece struct{ prefix, frame []byte }
+
+// is tells whether q is p: the same frame after an equal prefix.
+func (p piece) is(q piece) bool { return same(p.frame, q.frame) && bytes.Equal(p.prefix, q.prefix) }
+
+// run is a run of frames compressed as one deflate segment.
 type run struct {
-	// frames are the run's frames; holding them keeps their addresses
+	// pieces are the run's frames; holding them keeps their addresses
 	// theirs while the run lives, which is while its first frame's
-	// encoding does.
-	frames [][]byte
-	member []byte
+	// encoding does, or for a list's, its object's Caching.
+	pieces   []piece
+	deflated []byte
 }
 
 // register makes e's bytes known as a frame.
@@ -99,33 +114,50 @@ func beginsRun(p []byte) bool {
 	return (uint64(addressOf(p))*0x9E3779B97F4A7C15)>>58 == 0 // 1 in 64 = meanRun
 }
 
-// GzipStream writes a gzip stream of members to w, for one watch's
-// response: what is written between two flushes is in members that end at
-// the second, and runs of frames the cache holds are in members shared
-// with every stream that sends them. Only one goroutine may use it.
+// GzipStream writes one gzip member to w, for one watch's or list's
+// response. What is written is compressed in deflate segments, each begun
+// with no history: the stream's own bytes, and runs of the frames the cache
+// holds, each compressed once and sent by every stream that sends it. Each
+// segment ends in a sync flush, byte-aligned, so that segments compressed
+// apart follow one another in one deflate stream, and a client reads
+// everything up to a segment's end without waiting for more. Only one
+// goroutine may use it.
+//
+// One member for the whole response, not one a run: curl, browsers and
+// OkHttp read only a response's first gzip member, or fail on the second
+// (curl/curl#22156), and a list is what any client may ask for.
 type GzipStream struct {
 	w io.Writer
 
-	// gw is the member open for bytes of this stream's own, or nil.
-	gw *gzip.Writer
-	// pending are frames held back, from one that begins a run; first is
-	// the encoding of the first.
-	pending [][]byte
-	first   *encoding
-	// match is the run this stream's pending frames are the start of, as
-	// another stream made it, or nil while they make a new one.
+	// started tells whether the member's header is written; crc and size
+	// are the CRC-32 and length, mod 2^32, of what the member holds.
+	started bool
+	crc     uint32
+	size    uint32
+	// fw is the segment open for the stream's own bytes, or nil.
+	fw *flate.Writer
+	// pending are frames held back, from one that begins a run; slot is
+	// where the first keeps its run, and held what it held then.
+	pending []piece
+	slot    *atomic.Pointer[run]
+	held    *run
+	// match is held while the pending frames are its start, else nil.
 	match *run
 }
 
 // NewGzipStream returns a GzipStream writing to w.
 func NewGzipStream(w io.Writer) *GzipStream { return &GzipStream{w: w} }
 
-// gzipWriters are the writers GzipStreams compress with, at gzip.BestSpeed,
-// the level of k8s.io/apiserver's responses.
-var gzipWriters = sync.Pool{New: func() any {
-	w, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed) // a valid level: no error
+// flateWriters are the writers GzipStreams compress with, at
+// flate.BestSpeed, the level of k8s.io/apiserver's responses.
+var flateWriters = sync.Pool{New: func() any {
+	w, _ := flate.NewWriter(nil, flate.BestSpeed) // a valid level: no error
 	return w
 }}
+
+// gzipHeader begins a member (RFC 1952): no name, no time, the fastest
+// level (XFL 4), as compress/gzip writes it at flate.BestSpeed.
+var gzipHeader = []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255}
 
 // Write implements io.Writer.
 func (s *GzipStream) Write(p []byte) (int, error) {
@@ -134,56 +166,140 @@ func (s *GzipStream) Write(p []byte) (int, error) {
 		if err := s.release(); err != nil {
 			return 0, err
 		}
-		return s.own(p)
-	}
-	if len(s.pending) > 0 {
-		switch {
-		case beginsRun(p) || len(s.pending) == maxRun:
-			if err := s.complete(); err != nil {
-				return 0, err
-			}
-		case s.match != nil && (len(s.pending) == len(s.match.frames) || !same(s.match.frames[len(s.pending)], p)):
-			// Not the run another stream made: this stream's own.
-			if err := s.release(); err != nil {
-				return 0, err
-			}
-			return s.own(p)
-		default:
-			s.pending = append(s.pending, p)
-			return len(p), nil
+		if err := s.own(p); err != nil {
+			return 0, err
 		}
+		return len(p), nil
 	}
-	if !beginsRun(p) {
-		return s.own(p)
+	if err := s.frame(piece{frame: p}, func() *atomic.Pointer[run] { return &e.run }); err != nil {
+		return 0, err
 	}
-	s.pending, s.first, s.match = append(s.pending[:0], p), e, e.run.Load()
 	return len(p), nil
 }
 
-// Flush ends the open member: a client then reads everything written.
+// WriteItem writes prefix and then frame, which are a list's separator
+// and the bytes item, the cache's object, gives it (Object.ListItem): runs
+// of such items are sent as members shared with every list that sends
+// them, kept while their first object's Caching lives.
+func (s *GzipStream) WriteItem(prefix []byte, item runtime.Object, frame []byte) error {
+	o, ok := item.(*Object)
+	if !ok || len(frame) == 0 || !holds(o.Raw, frame) {
+		if err := s.release(); err != nil {
+			return err
+		}
+		return s.ownPiece(piece{prefix: prefix, frame: frame})
+	}
+	return s.frame(piece{prefix: prefix, frame: frame}, func() *atomic.Pointer[run] {
+		return &o.Caching(o.Codec.expiry).listRun
+	})
+}
+
+// holds tells whether p lies in b.
+func holds(b, p []byte) bool {
+	start := addressOf(b)
+	return addressOf(p) >= start && addressOf(p)+uintptr(len(p)) <= start+uintptr(len(b))
+}
+
+// frame writes pc, whose frame the cache holds; slotOf returns where the
+// run it begins is kept.
+func (s *GzipStream) frame(pc piece, slotOf func() *atomic.Pointer[run]) error {
+	if len(s.pending) > 0 {
+		if beginsRun(pc.frame) || len(s.pending) == maxRun {
+			if err := s.complete(); err != nil {
+				return err
+			}
+		} else {
+			if m := s.match; m != nil && (len(s.pending) == len(m.pieces) || !m.pieces[len(s.pending)].is(pc)) {
+				s.match = nil // a run of this stream's own, to replace the one held
+			}
+			s.pending = append(s.pending, pc)
+			return nil
+		}
+	}
+	if !beginsRun(pc.frame) {
+		return s.ownPiece(pc)
+	}
+	s.slot = slotOf()
+	s.held = s.slot.Load()
+	s.match = s.held
+	if s.match != nil && !s.match.pieces[0].is(pc) {
+		s.match = nil
+	}
+	s.pending = append(s.pending[:0], pc)
+	return nil
+}
+
+// Flush ends the open segment: a client then reads everything written.
 func (s *GzipStream) Flush() error {
 	if err := s.release(); err != nil {
 		return err
 	}
-	return s.closeMember()
+	return s.endOwn()
 }
 
-// Close ends the stream's last member.
-func (s *GzipStream) Close() error { return s.Flush() }
-
-// own writes p into the stream's own member.
-func (s *GzipStream) own(p []byte) (int, error) {
-	if s.gw == nil {
-		s.gw = gzipWriters.Get().(*gzip.Writer)
-		s.gw.Reset(s.w)
+// Close ends the member: its last block and its trailer.
+func (s *GzipStream) Close() error {
+	if err := s.Flush(); err != nil {
+		return err
 	}
-	return s.gw.Write(p)
+	if err := s.start(); err != nil {
+		return err
+	}
+	fw := flateWriters.Get().(*flate.Writer)
+	defer flateWriters.Put(fw)
+	fw.Reset(s.w)
+	if err := fw.Close(); err != nil { // an empty final block
+		return err
+	}
+	_, err := s.w.Write(binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(nil, s.crc), s.size))
+	return err
 }
 
-// release writes the pending frames into the stream's own member.
+// start writes the member's header, once.
+func (s *GzipStream) start() error {
+	if s.started {
+		return nil
+	}
+	s.started = true
+	_, err := s.w.Write(gzipHeader)
+	return err
+}
+
+// sum adds p to what the member holds.
+func (s *GzipStream) sum(p []byte) {
+	s.crc = crc32.Update(s.crc, crc32.IEEETable, p)
+	s.size += uint32(len(p))
+}
+
+// own writes p into the stream's own segment.
+func (s *GzipStream) own(p []byte) error {
+	if len(p) == 0 {
+		return nil
+	}
+	if err := s.start(); err != nil {
+		return err
+	}
+	if s.fw == nil {
+		s.fw = flateWriters.Get().(*flate.Writer)
+		s.fw.Reset(s.w)
+	}
+	s.sum(p)
+	_, err := s.fw.Write(p)
+	return err
+}
+
+// ownPiece writes pc into the stream's own segment.
+func (s *GzipStream) ownPiece(pc piece) error {
+	if err := s.own(pc.prefix); err != nil {
+		return err
+	}
+	return s.own(pc.frame)
+}
+
+// release writes the pending frames into the stream's own segment.
 func (s *GzipStream) release() error {
-	for _, p := range s.pending {
-		if _, err := s.own(p); err != nil {
+	for _, pc := range s.pending {
+		if err := s.ownPiece(pc); err != nil {
 			return err
 		}
 	}
@@ -193,76 +309,82 @@ func (s *GzipStream) release() error {
 
 func (s *GzipStream) clear() {
 	clear(s.pending) // no frames held past their send
-	s.pending, s.first, s.match = s.pending[:0], nil, nil
+	s.pending, s.slot, s.held, s.match = s.pending[:0], nil, nil, nil
 }
 
-// complete sends the pending frames, a whole run, as the run's member: the
-// one another stream made for them, or one made now and kept for the next.
+// complete sends the pending frames, a whole run, as the run's segment:
+// the one another stream made for them, or one made now and kept for the
+// next in place of the run held, unless another stream replaced it
+// meanwhile.
 func (s *GzipStream) complete() error {
 	r := s.match
-	switch {
-	case r != nil && len(r.frames) != len(s.pending):
-		// Another run from the same frame: this stream's own.
-		return s.release()
-	case r == nil:
-		r = &run{frames: append([][]byte(nil), s.pending...)}
-		if r.member = gzipMember(r.frames); r.member == nil {
+	if r == nil || len(r.pieces) != len(s.pending) {
+		r = &run{pieces: append([]piece(nil), s.pending...)}
+		if r.deflated = deflate(r.pieces); r.deflated == nil {
 			return s.release()
 		}
-		s.first.run.CompareAndSwap(nil, r)
+		s.slot.CompareAndSwap(s.held, r)
 		runsMade.Add(1)
+	} else {
+		runsShared.Add(1)
 	}
 	s.clear()
-	if err := s.closeMember(); err != nil {
+	// The own segment ends first: what it compresses next may not refer
+	// to bytes before the run's, which its history no longer ends with.
+	if err := s.endOwn(); err != nil {
 		return err
 	}
-	_, err := s.w.Write(r.member)
+	if err := s.start(); err != nil {
+		return err
+	}
+	for _, pc := range r.pieces {
+		s.sum(pc.prefix)
+		s.sum(pc.frame)
+	}
+	_, err := s.w.Write(r.deflated)
 	return err
 }
 
-// closeMember ends the stream's own member, if one is open.
-func (s *GzipStream) closeMember() error {
-	if s.gw == nil {
+// endOwn ends the stream's own segment, if one is open, in a sync flush.
+func (s *GzipStream) endOwn() error {
+	if s.fw == nil {
 		return nil
 	}
-	err := endMember(s.gw)
-	s.gw.Reset(nil)
-	gzipWriters.Put(s.gw)
-	s.gw = nil
+	err := s.fw.Flush()
+	s.fw.Reset(io.Discard) // the pool holds no response
+	flateWriters.Put(s.fw)
+	s.fw = nil
 	return err
 }
 
-// endMember ends w's member. Its data ends in a flush, as the library's
-// members do, before its last block: Go's gzip reader returns the data a
-// member ends with only once it has read the next member's header, and the
-// next event may be long in coming.
-func endMember(w *gzip.Writer) error {
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	return w.Close()
-}
-
-// gzipMember compresses frames as one gzip member, or returns nil if it
-// cannot.
-func gzipMember(frames [][]byte) []byte {
+// deflate compresses pieces as one segment, which ends in a sync flush, or
+// returns nil if it cannot.
+func deflate(pieces []piece) []byte {
 	var buf bytes.Buffer
-	w := gzipWriters.Get().(*gzip.Writer)
+	w := flateWriters.Get().(*flate.Writer)
 	defer func() {
-		w.Reset(nil) // the pool keeps no buffer
-		gzipWriters.Put(w)
+		w.Reset(io.Discard) // the pool keeps no buffer
+		flateWriters.Put(w)
 	}()
 	w.Reset(&buf)
-	for _, p := range frames {
-		if _, err := w.Write(p); err != nil {
+	for _, pc := range pieces {
+		if _, err := w.Write(pc.prefix); err != nil {
+			return nil
+		}
+		if _, err := w.Write(pc.frame); err != nil {
 			return nil
 		}
 	}
-	if endMember(w) != nil {
+	if w.Flush() != nil {
 		return nil
 	}
 	return bytes.Clone(buf.Bytes())
 }
 
-// runsMade counts the runs compressed, for tests.
-var runsMade atomic.Int64
+// runsMade and runsShared count the runs compressed, and those sent as
+// another stream compressed them.
+var runsMade, runsShared atomic.Int64
+
+// RunsCompressed returns how many runs of frames GzipStreams compressed,
+// and how many they sent as another stream had compressed them.
+func RunsCompressed() (made, shared int64) { return runsMade.Load(), runsShared.Load() }

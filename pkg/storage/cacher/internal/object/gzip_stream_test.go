@@ -3,12 +3,11 @@ package object
 import (
 	"bytes"
 	"compress/gzip"
-	"errors"
 	"fmt"
 	"io"
 	goruntime "runtime"
+	"slices"
 	"testing"
-	"testing/iotest"
 	"time"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
@@ -93,26 +92,6 @@ func stream(t *testing.T, writes [][]byte) streamed {
 	return out
 }
 
-// readable returns what a client's gzip reader hands on, before it must
-// wait, from a stream that has sent body so far: Go's gzip reader returns
-// the data a member ends with only once it reads the next member's header,
-// unless the data ends in a flush.
-func readable(body []byte) []byte {
-	r, err := gzip.NewReader(io.MultiReader(bytes.NewReader(body), iotest.ErrReader(errors.New("nothing more sent yet"))))
-	if err != nil {
-		return nil
-	}
-	var out []byte
-	buf := make([]byte, 4096)
-	for {
-		n, err := r.Read(buf)
-		if err != nil {
-			return out // with an error, the reader was waiting for more
-		}
-		out = append(out, buf[:n]...)
-	}
-}
-
 // TestGzipStream: streams that send the same frames of the cache's in the
 // same order share the members of their runs, compressed by the first;
 // whatever is written, each stream decompresses to exactly it, and a
@@ -165,49 +144,64 @@ func TestGzipStream(t *testing.T) {
 		{name: "the first watch-list", writes: withFlushes(frames, 1000), runs: 1},
 		// It compresses the runs the first's flushes cut.
 		{name: "the next, flushed elsewhere", writes: withFlushes(frames, 700), runs: -1, shares: true},
-		// Its runs begin where the first's do, and are not theirs: it
-		// compresses them as its own.
-		{name: "one selecting every other object", writes: withFlushes(everyOther, 1000), runs: 0},
-		// A run with one frame not the first stream's is its own.
-		{name: "some objects at a newer version", writes: withFlushes(someNewer, 1000), runs: 0, shares: true},
+		// A run with one frame not the first stream's is a new one, which
+		// replaces the first's: the latest is kept.
+		{name: "some objects at a newer version", writes: withFlushes(someNewer, 1000), runs: 1, shares: true},
+		{name: "the same again", writes: withFlushes(someNewer, 1000), runs: 0, shares: true},
+		// Its runs begin where the first's do, and are not theirs.
+		{name: "one selecting every other object", writes: withFlushes(everyOther, 1000), runs: 1},
 		{name: "copies of the frames", writes: withFlushes(copies, 1000), runs: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			made := runsMade.Load()
+			made, shared := RunsCompressed()
 			out := stream(t, tc.writes)
-			made = runsMade.Load() - made
-			ms := testkit.GzipMembers(t, out.body)
-			if got := bytes.Join(ms, nil); !bytes.Equal(got, out.sent) {
+			madeNow, sharedNow := RunsCompressed()
+			made, shared = madeNow-made, sharedNow-shared
+			if got := oneMember(t, out.body); !bytes.Equal(got, out.sent) {
 				t.Fatalf("the stream decompresses to %d bytes, want the %d written:\n%.200q", len(got), len(out.sent), got)
 			}
 			for _, f := range out.flushed {
-				if got := readable(out.body[:f[0]]); !bytes.Equal(got, out.sent[:f[1]]) {
+				if got := testkit.GzipReadable(out.body[:f[0]]); !bytes.Equal(got, out.sent[:f[1]]) {
 					t.Fatalf("after a flush a client reads %d bytes, want %d", len(got), f[1])
 				}
 			}
 			if tc.runs >= 0 && (tc.runs > 0) != (made > 0) || tc.runs < 0 && made > firstMade/2 {
 				t.Errorf("%d runs compressed (the first stream %d)", made, firstMade)
 			}
+			if tc.shares != (shared > 0) {
+				t.Errorf("%d runs sent as another stream compressed them", shared)
+			}
+			// Not a segment an event: each would begin with a Huffman table
+			// of its own, which these pods, a few bytes each compressed,
+			// would take 30 times the bytes for. Runs of half as many
+			// events take twice.
+			if together := gzipped(out.sent); len(out.body) > 4*together {
+				t.Errorf("%d bytes compressed, %d compressed together", len(out.body), together)
+			}
 			if first.body == nil {
 				first, firstMade = out, made
-				// Not an event a member: each would begin with a Huffman
-				// table of its own.
-				if len(ms) > n/16 {
-					t.Errorf("%d members for %d events", len(ms), n)
-				}
-				return
-			}
-			shared := 0
-			for _, m := range ms {
-				if len(m) > len(frames[0]) && bytes.Contains(first.body, gzipMember([][]byte{m})) {
-					shared++
-				}
-			}
-			if tc.shares != (shared > 0) {
-				t.Errorf("%d members of the first stream's sent", shared)
 			}
 		})
 	}
+}
+
+// oneMember returns what body, which must be one gzip member, holds.
+func oneMember(t *testing.T, body []byte) []byte {
+	t.Helper()
+	ms := testkit.GzipMembers(t, body)
+	if len(ms) != 1 {
+		t.Fatalf("%d gzip members, want 1", len(ms))
+	}
+	return ms[0]
+}
+
+// gzipped returns the length of p compressed at once, as the library would.
+func gzipped(p []byte) int {
+	var buf bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	_, _ = w.Write(p)
+	_ = w.Close()
+	return buf.Len()
 }
 
 // TestFramesForgotten: once a frame's encoding expires and is collected,
@@ -229,5 +223,123 @@ func TestFramesForgotten(t *testing.T) {
 			t.Fatal("an expired encoding's frame is still known 10s later")
 		}
 		time.Sleep(time.Millisecond) // the cleanup runs on a goroutine of its own
+	}
+}
+
+// listed writes objs to a new GzipStream as a list's response: its head,
+// the items after their separators, its end. It returns what the stream
+// wrote and should decompress to.
+func listed(t *testing.T, objs []*Object, frameOf func(*Object) []byte) streamed {
+	t.Helper()
+	var body bytes.Buffer
+	s := NewGzipStream(&body)
+	out := streamed{sent: []byte(`{"kind":"PodList","items":[`)}
+	if _, err := s.Write(out.sent); err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range objs {
+		prefix := []byte(",{")
+		if i == 0 {
+			prefix = prefix[1:]
+		}
+		f := frameOf(o)
+		if err := s.WriteItem(prefix, o, f); err != nil {
+			t.Fatal(err)
+		}
+		out.sent = append(append(out.sent, prefix...), f...)
+	}
+	if _, err := s.Write([]byte("]}\n")); err != nil {
+		t.Fatal(err)
+	}
+	out.sent = append(out.sent, "]}\n"...)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out.body = body.Bytes()
+	return out
+}
+
+// itemOf is o as a list's item: its bytes after the type header, without
+// the opening brace a list writes before them, and the final newline.
+func itemOf(o *Object) []byte { return bytes.TrimSuffix(o.Raw[o.Head:], []byte("\n")) }
+
+// TestGzipStreamItems: lists of the same objects share the members of
+// their runs, kept with the Caching of each run's first object; a list
+// with some objects changed compresses only the runs they are in, and
+// those replace the runs held; each list decompresses to what it wrote.
+func TestGzipStreamItems(t *testing.T) {
+	const n = 3000
+	objs := make([]*Object, n)
+	for i := range objs {
+		objs[i] = podObject(&example.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%05d", i), Namespace: "ns",
+			ResourceVersion: "7"}, Spec: example.PodSpec{NodeName: fmt.Sprintf("node-%d", i%10)}})
+		if objs[i].Head == 0 {
+			t.Fatal("an object with no type header")
+		}
+	}
+	// A few objects at a newer version, none where a run begins.
+	someNewer := slices.Clone(objs)
+	changed := 0
+	for i := 250; i < n; i += 500 {
+		o := podObject(&example.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%05d", i), Namespace: "ns",
+			ResourceVersion: "8"}})
+		if !beginsRun(itemOf(o)) && !beginsRun(itemOf(objs[i])) {
+			someNewer[i] = o
+			changed++
+		}
+	}
+	copied := func(o *Object) []byte { return bytes.Clone(itemOf(o)) }
+	// A list that begins where a run does: its first item comes after no
+	// separator, in the first list after one.
+	fromRun := 1
+	for !beginsRun(itemOf(objs[fromRun])) {
+		fromRun++
+	}
+	var first streamed
+	var firstMade int64
+	for _, tc := range []struct {
+		name  string
+		objs  []*Object
+		frame func(*Object) []byte
+		// expire expires the objects' Cachings first.
+		expire bool
+		// runs is how many runs the list compresses: all of them (1), none
+		// (0), or some, at most most (-1).
+		runs int
+		most int
+	}{
+		{name: "the first list", objs: objs, frame: itemOf, runs: 1},
+		{name: "the same list", objs: objs, frame: itemOf, runs: 0},
+		{name: "some objects changed", objs: someNewer, frame: itemOf, runs: -1, most: changed},
+		{name: "the same list again", objs: someNewer, frame: itemOf, runs: 0},
+		{name: "from a run's start", objs: someNewer[fromRun:], frame: itemOf, runs: -1, most: 1},
+		// A frame that is not its object's bytes is written as it is.
+		{name: "copies of the items", objs: objs, frame: copied, runs: 0},
+		{name: "after the Cachings expired", objs: someNewer, frame: itemOf, expire: true, runs: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.expire {
+				for _, o := range tc.objs {
+					o.Caching(nil).expire()
+				}
+			}
+			made := runsMade.Load()
+			out := listed(t, tc.objs, tc.frame)
+			made = runsMade.Load() - made
+			if got := oneMember(t, out.body); !bytes.Equal(got, out.sent) {
+				t.Fatalf("the list decompresses to %d bytes, want the %d written:\n%.200q", len(got), len(out.sent), got)
+			}
+			if first.body == nil {
+				first, firstMade = out, made
+			}
+			switch {
+			case tc.runs == 1 && made < firstMade*9/10, tc.runs == 0 && made != 0,
+				tc.runs == -1 && (made == 0 || made > int64(tc.most)):
+				t.Errorf("%d runs compressed (the first list %d)", made, firstMade)
+			}
+			if tc.runs == 1 && made < n/meanRun/2 {
+				t.Errorf("%d runs compressed for %d items", made, n)
+			}
+		})
 	}
 }

@@ -74,6 +74,9 @@ type run struct {
 	// encoding does, or for a list's, its object's Caching.
 	pieces   []piece
 	deflated []byte
+	// crc and size are the CRC-32 and length of what the pieces hold.
+	crc  uint32
+	size int
 }
 
 // register makes e's bytes known as a frame.
@@ -320,7 +323,7 @@ func (s *GzipStream) complete() error {
 	r := s.match
 	if r == nil || len(r.pieces) != len(s.pending) {
 		r = &run{pieces: append([]piece(nil), s.pending...)}
-		if r.deflated = deflate(r.pieces); r.deflated == nil {
+		if r.deflate(); r.deflated == nil {
 			return s.release()
 		}
 		s.slot.CompareAndSwap(s.held, r)
@@ -337,10 +340,8 @@ func (s *GzipStream) complete() error {
 	if err := s.start(); err != nil {
 		return err
 	}
-	for _, pc := range r.pieces {
-		s.sum(pc.prefix)
-		s.sum(pc.frame)
-	}
+	s.crc = crc32Combine(s.crc, r.crc, r.size)
+	s.size += uint32(r.size)
 	_, err := s.w.Write(r.deflated)
 	return err
 }
@@ -357,9 +358,9 @@ func (s *GzipStream) endOwn() error {
 	return err
 }
 
-// deflate compresses pieces as one segment, which ends in a sync flush, or
-// returns nil if it cannot.
-func deflate(pieces []piece) []byte {
+// deflate compresses the run's pieces as one segment, which ends in a
+// sync flush, and sums them; deflated stays nil if it cannot.
+func (r *run) deflate() {
 	var buf bytes.Buffer
 	w := flateWriters.Get().(*flate.Writer)
 	defer func() {
@@ -367,18 +368,19 @@ func deflate(pieces []piece) []byte {
 		flateWriters.Put(w)
 	}()
 	w.Reset(&buf)
-	for _, pc := range pieces {
-		if _, err := w.Write(pc.prefix); err != nil {
-			return nil
-		}
-		if _, err := w.Write(pc.frame); err != nil {
-			return nil
+	for _, pc := range r.pieces {
+		for _, p := range [][]byte{pc.prefix, pc.frame} {
+			if _, err := w.Write(p); err != nil {
+				return
+			}
+			r.crc = crc32.Update(r.crc, crc32.IEEETable, p)
+			r.size += len(p)
 		}
 	}
 	if w.Flush() != nil {
-		return nil
+		return
 	}
-	return bytes.Clone(buf.Bytes())
+	r.deflated = bytes.Clone(buf.Bytes())
 }
 
 // runsMade and runsShared count the runs compressed, and those sent as

@@ -23,7 +23,7 @@ func WithListGzip(handler http.Handler, newStream func(io.Writer) registry.GzipI
 			handler.ServeHTTP(w, req)
 			return
 		}
-		ctx := registry.WithGzipResponse(req.Context(), &registry.GzipResponse{W: w, NewStream: newStream})
+		ctx := registry.WithGzipResponse(req.Context(), &registry.GzipResponse{Header: w.Header(), NewStream: newStream})
 		handler.ServeHTTP(w, req.WithContext(ctx))
 	})
 }

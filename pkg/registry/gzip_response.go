@@ -16,8 +16,9 @@ import (
 // pkg/apiserver's WithListGzip puts it in the context of a list request
 // whose client accepts gzip.
 type GzipResponse struct {
-	// W is the response's writer, which the list handler writes to.
-	W http.ResponseWriter
+	// Header is the response's headers, which the library's writer sends
+	// with the status.
+	Header http.Header
 	// NewStream returns a stream that writes gzip to w.
 	NewStream func(w io.Writer) GzipItemStream
 }

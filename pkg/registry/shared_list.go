@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net/http"
 	"reflect"
 	"slices"
 
@@ -85,7 +84,7 @@ func (l *sharedList) CacheEncode(id runtime.Identifier, encode func(runtime.Obje
 		}
 		return encode(full, w)
 	}
-	if done, err := l.writeGzip(id, encode, open); done {
+	if done, err := l.writeGzip(id, encode, open, w); done {
 		return err
 	}
 	// The response writer takes a first write of at most 4 bytes for a
@@ -116,13 +115,20 @@ const gzipThreshold = 128 << 10
 // commaBrace separates a list's items that ListItem opens with a brace.
 var commaBrace = []byte(",{")
 
-// writeGzip writes the list compressed, to l.gzip's writer, as the library
-// would for the request, if every item is the cache's bytes for this
-// encoder and the list is larger than the library's threshold; done is
-// false if it wrote nothing, and the caller writes the list. Runs of items
-// are compressed once for every list that sends them (GzipItemStream).
-// The library's writer is then not written to, and writes nothing.
-func (l *sharedList) writeGzip(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, head []byte) (done bool, err error) {
+// writeGzip writes the list compressed to w, the library's writer, as the
+// library would for the request, if every item is the cache's bytes for
+// this encoder and the list is larger than the library's threshold; done
+// is false if it wrote nothing, and the caller writes the list. Runs of
+// items are compressed once for every list that sends them
+// (GzipItemStream).
+//
+// The stream writes through w, so that the library sends the status and
+// the Content-Type, and its request metrics count the response as any
+// other: w compresses only when its first write is larger than the
+// threshold, and the stream's first write is the 10 bytes of a gzip
+// header, which it passes on as they are, and everything after them.
+// Content-Encoding is set first in the response's headers, which w sends.
+func (l *sharedList) writeGzip(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, head []byte, w io.Writer) (done bool, err error) {
 	if l.gzip == nil {
 		return false, nil
 	}
@@ -141,15 +147,12 @@ func (l *sharedList) writeGzip(id runtime.Identifier, encode func(runtime.Object
 	if size <= gzipThreshold {
 		return false, nil
 	}
-	w := l.gzip.W
-	w.Header().Set("Content-Type", "application/json") // the encoder's: compact JSON
-	w.Header().Set("Content-Encoding", "gzip")
-	w.Header().Add("Vary", "Accept-Encoding")
-	w.WriteHeader(http.StatusOK)
-	s := l.gzip.NewStream(w)
-	if err := l.writeItems(s, id, encode, head); err != nil {
-		// The status is sent: an error now would be written after the
-		// items, into the stream. The client reads a stream cut short.
+	l.gzip.Header.Set("Content-Encoding", "gzip")
+	l.gzip.Header.Add("Vary", "Accept-Encoding")
+	if err := l.writeItems(l.gzip.NewStream(w), id, encode, head); err != nil {
+		// The status is sent with the stream's first write: an error now
+		// would be written after the items, into the stream. The client
+		// reads a stream cut short.
 		utilruntime.HandleError(fmt.Errorf("writing a compressed list of %d items: %w", len(l.Items), err))
 	}
 	return true, nil

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/apiserver/pkg/endpoints/metrics"
 	"k8s.io/utils/ptr"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
@@ -334,16 +335,21 @@ func TestSharedListGzip(t *testing.T) {
 			req := httptest.NewRequest(http.MethodGet, "/apis/fleet.example.com/v1beta1/assignments", nil)
 			req.Header.Set("Accept-Encoding", "gzip")
 			w := httptest.NewRecorder()
+			// What the library's request metrics see: the route's writer.
+			route := &metrics.ResponseWriterDelegator{ResponseWriter: w}
 			l := *tc.list
 			if tc.gzip {
-				l.gzip = &GzipResponse{W: w, NewStream: func(w io.Writer) GzipItemStream {
+				l.gzip = &GzipResponse{Header: w.Header(), NewStream: func(w io.Writer) GzipItemStream {
 					stream = &itemStream{Writer: gzip.NewWriter(w)}
 					return stream
 				}}
 			}
-			responsewriters.SerializeObject(runtime.ContentTypeJSON, enc, w, req, http.StatusOK, &l)
+			responsewriters.SerializeObject(runtime.ContentTypeJSON, enc, route, req, http.StatusOK, &l)
 			if (stream != nil) != tc.ours || stream != nil && stream.items != len(l.Items) {
 				t.Fatalf("the list's own stream: %v, want %v", stream, tc.ours)
+			}
+			if route.Status() != http.StatusOK || route.ContentLength() != w.Body.Len() {
+				t.Fatalf("the route's writer saw %d and %d bytes, want 200 and the %d sent", route.Status(), route.ContentLength(), w.Body.Len())
 			}
 			if got := w.Header().Get("Content-Encoding") == "gzip"; got != tc.compressed || w.Code != http.StatusOK ||
 				w.Header().Get("Content-Type") != runtime.ContentTypeJSON {

@@ -151,10 +151,15 @@ func TestResponsesFromBytes(t *testing.T) {
 		wantList, _ := encodedBody(ctx, t, plainClient, plain.URL+list, "identity")
 		for _, c := range caches {
 			for i := range 2 {
-				runs := gzipRuns(t)
+				runs, requests := gzipRuns(t), requestsOf(t, "LIST", version)
 				got, members := encodedBody(ctx, t, c.client, c.url+list, "gzip")
 				if !bytes.Equal(got, wantList) || members != 1 {
 					t.Errorf("%s gzip, in %d members:\n%s", list, members, firstDifference(got, wantList))
+				}
+				// The list is the library's request as any other: counted
+				// with its status and the bytes it sent.
+				if d := requestsOf(t, "LIST", version).minus(requests); d.ok != 1 || d.all != 1 || d.bytes < 1000 {
+					t.Errorf("%s gzip, list %d: the request metrics counted %+v", list, i, d)
 				}
 				// The first list compresses its runs, the second sends them;
 				// a list at another version is the library's, which has none.
@@ -175,7 +180,11 @@ func TestResponsesFromBytes(t *testing.T) {
 		live := len(objs) - 3
 		want := encodedWatchLines(ctx, t, cachedClient, cached.URL+path, "identity", live+1)
 		for range 2 {
+			requests := requestsOf(t, "WATCH", version)
 			got := encodedWatchLines(ctx, t, cachedClient, cached.URL+path, "gzip", live+1)
+			if d := requestsOf(t, "WATCH", version).minus(requests); d.ok != 1 || d.all != 1 || d.bytes < 1000 {
+				t.Errorf("%s gzip: the request metrics counted %+v", path, d)
+			}
 			for i := range want {
 				if !bytes.Equal(got[i], want[i]) {
 					t.Errorf("%s gzip, event %d:\n%s", path, i, firstDifference(got[i], want[i]))
@@ -198,6 +207,30 @@ func gzipRuns(t *testing.T) runCounts {
 
 func (r runCounts) minus(o runCounts) runCounts {
 	return runCounts{compressed: r.compressed - o.compressed, shared: r.shared - o.shared}
+}
+
+// requestCounts are what the library's request metrics counted of
+// requests of one verb for assignments: those answered 200, every one, and
+// the bytes sent.
+type requestCounts struct{ ok, all, bytes float64 }
+
+func requestsOf(t *testing.T, verb, version string) requestCounts {
+	t.Helper()
+	g := legacyregistry.DefaultGatherer
+	labels := func(more ...string) map[string]string {
+		m := map[string]string{"verb": verb, "group": "fleet.example.com", "version": version, "resource": "assignments"}
+		for i := 0; i < len(more); i += 2 {
+			m[more[i]] = more[i+1]
+		}
+		return m
+	}
+	return requestCounts{ok: metricValue(t, g, "apiserver_request_total", labels("code", "200")),
+		all:   metricValue(t, g, "apiserver_request_total", labels()),
+		bytes: metricValue(t, g, "apiserver_response_sizes", labels())}
+}
+
+func (r requestCounts) minus(o requestCounts) requestCounts {
+	return requestCounts{ok: r.ok - o.ok, all: r.all - o.all, bytes: r.bytes - o.bytes}
 }
 
 // encodedWatchLines reads the first n events of a JSON watch that ends

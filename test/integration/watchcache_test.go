@@ -15,7 +15,8 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 )
 
-// metricValue sums the samples of a counter or gauge whose labels include want.
+// metricValue sums the samples of a counter or gauge, or the sums of a
+// histogram's, whose labels include want.
 func metricValue(t *testing.T, g prometheus.Gatherer, name string, want map[string]string) float64 {
 	t.Helper()
 	families, err := g.Gather()
@@ -31,7 +32,7 @@ func metricValue(t *testing.T, g prometheus.Gatherer, name string, want map[stri
 			if !hasLabels(m, want) {
 				continue
 			}
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetHistogram().GetSampleSum()
 		}
 	}
 	return sum

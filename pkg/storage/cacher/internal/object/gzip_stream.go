@@ -166,7 +166,7 @@ var gzipHeader = []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255}
 func (s *GzipStream) Write(p []byte) (int, error) {
 	e := frameOf(p)
 	if e == nil {
-		if err := s.release(); err != nil {
+		if err := s.endRun(); err != nil {
 			return 0, err
 		}
 		if err := s.own(p); err != nil {
@@ -187,7 +187,7 @@ func (s *GzipStream) Write(p []byte) (int, error) {
 func (s *GzipStream) WriteItem(prefix []byte, item runtime.Object, frame []byte) error {
 	o, ok := item.(*Object)
 	if !ok || len(frame) == 0 || !holds(o.Raw, frame) {
-		if err := s.release(); err != nil {
+		if err := s.endRun(); err != nil {
 			return err
 		}
 		return s.ownPiece(piece{prefix: prefix, frame: frame})
@@ -242,6 +242,9 @@ func (s *GzipStream) Flush() error {
 
 // Close ends the member: its last block and its trailer.
 func (s *GzipStream) Close() error {
+	if err := s.endRun(); err != nil {
+		return err
+	}
 	if err := s.Flush(); err != nil {
 		return err
 	}
@@ -297,6 +300,19 @@ func (s *GzipStream) ownPiece(pc piece) error {
 		return err
 	}
 	return s.own(pc.frame)
+}
+
+// endRun sends the pending frames as a run: what follows them is the
+// stream's own bytes, or its end, which every stream that sends the same
+// content sends after the same frames (a list's end, or the bookmark after
+// a watch-list's initial events), so that a run that ends there is shared
+// as one that ends where the next begins is. A flush is no such place: it
+// comes when the stream pauses, and releases the frames instead.
+func (s *GzipStream) endRun() error {
+	if len(s.pending) == 0 {
+		return nil
+	}
+	return s.complete()
 }
 
 // release writes the pending frames into the stream's own segment.

@@ -340,6 +340,17 @@ func TestGzipStreamItems(t *testing.T) {
 			if tc.runs == 1 && made < n/meanRun/2 {
 				t.Errorf("%d runs compressed for %d items", made, n)
 			}
+			// A list that shares nothing compresses a run from every item
+			// that begins one, the last too, which ends the list.
+			begins := 0
+			for _, o := range tc.objs {
+				if f := tc.frame(o); beginsRun(f) && holds(o.Raw, f) {
+					begins++
+				}
+			}
+			if tc.runs == 1 && made != int64(begins) {
+				t.Errorf("%d runs compressed, want one for each of the %d items that begin one", made, begins)
+			}
 		})
 	}
 }

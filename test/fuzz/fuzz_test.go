@@ -29,9 +29,10 @@ const answerTimeout = 15 * time.Second
 const watchRead = time.Second
 
 // FuzzReads sends lists, watches and gets with every query parameter the
-// read paths take, and any Accept header. Every answer must be a success
-// or a 4xx Status, never a 5xx, a dropped connection or a hang; a watch's
-// ERROR events likewise. The one 5xx allowed is upstream's 504 for a
+// read paths take, and any Accept header, accepting gzip as client-go
+// does. Every answer must be a success or a 4xx Status, never a 5xx, a
+// dropped connection, a broken gzip stream or a hang, and a JSON success
+// must be JSON; a watch's ERROR events likewise. The one 5xx allowed is upstream's 504 for a
 // resourceVersion the server has not reached.
 //
 //	go test ./test/fuzz -run '^$' -fuzz '^FuzzReads$' -fuzztime 10m   (make fuzz)
@@ -88,6 +89,14 @@ func FuzzReads(f *testing.F) {
 		{verb: 1, ns: "fuzz-a", limit: "1", cont: "x"},
 		{verb: 1, ns: "fuzz-a", accept: "application/json;as=Table;v=v1;g=meta.k8s.io"},
 		{verb: 1, ns: "fuzz-a", accept: "application/yaml"},
+		// Lists large enough to be compressed, in runs shared between lists.
+		{verb: 0, ns: manyNamespace},
+		{verb: 0, ns: manyNamespace, limit: "150"},
+		{verb: 0, ns: manyNamespace, label: "group=g1"},
+		{verb: 0, ns: manyNamespace, field: "spec.agentName!=agent-1"},
+		{verb: 0, rv: "0"},
+		{verb: 0, ns: manyNamespace, accept: "application/json;as=Table;v=v1;g=meta.k8s.io"},
+		{verb: 1, ns: manyNamespace, initial: "true", match: "NotOlderThan", bm: "true"},
 		{verb: 2, ns: "fuzz-a", name: "a-1"},
 		{verb: 2, ns: "fuzz-a", name: "a-1", rv: "0"},
 		{verb: 2, ns: "fuzz-a", name: "a-1", rv: "99999999999"},
@@ -155,9 +164,12 @@ func (s *fuzzServer) check(t *testing.T, target, accept string, watching bool) {
 		if err != nil {
 			t.Fatalf("GET %s (Accept %q): reading the %d answer: %v", target, accept, resp.StatusCode, err)
 		}
-		if resp.StatusCode >= 300 && jsonBody {
+		switch {
+		case resp.StatusCode == http.StatusOK && jsonBody && !json.Valid(body):
+			t.Fatalf("GET %s (Accept %q): 200 with a body that is no JSON: %.200q", target, accept, body)
+		case resp.StatusCode >= 300 && jsonBody:
 			checkStatusBody(t, target, accept, resp.StatusCode, body)
-		} else if resp.StatusCode >= 500 {
+		case resp.StatusCode >= 500:
 			t.Fatalf("GET %s (Accept %q): %d %.200q", target, accept, resp.StatusCode, body)
 		}
 		return

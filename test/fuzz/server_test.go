@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +24,8 @@ import (
 )
 
 // fuzzServer is an in-process server over embedded etcd on 127.0.0.1,
-// holding a few Assignments in two namespaces and a few Agents.
+// holding a few Assignments in two namespaces, many in a third, and a few
+// Agents.
 type fuzzServer struct {
 	host string
 	http *http.Client
@@ -33,6 +35,15 @@ type fuzzServer struct {
 var namespaces = []string{"fuzz-a", "fuzz-b"}
 
 const fuzzObjects = 5
+
+// manyNamespace holds manyObjects Assignments of about 1 KiB: lists of it
+// are larger than the 128 KiB above which a gzip list is compressed, and
+// hold enough objects for runs of them to be compressed once for every
+// list (registry.GzipResponse), so that hostile lists take that path too.
+const (
+	manyNamespace = "fuzz-many"
+	manyObjects   = 300
+)
 
 // startServer starts a server; with etcd set, one that shares that etcd
 // and has flags added, else one with its own embedded etcd and the objects.
@@ -108,6 +119,16 @@ func startServer(f *testing.F, etcd string, flags ...string) (*fuzzServer, strin
 			if err != nil {
 				f.Fatal(err)
 			}
+		}
+	}
+	payload := strings.Repeat("payload ", 80)
+	for i := range manyObjects {
+		_, err := client.FleetV1beta1().Assignments(manyNamespace).Create(context.Background(), &v1beta1.Assignment{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("a-%d", i), Labels: map[string]string{"group": fmt.Sprintf("g%d", i%2)}},
+			Spec:       v1beta1.AssignmentSpec{AgentName: fmt.Sprintf("agent-%d", i%3), Payload: fmt.Sprintf("%d %s", i, payload)},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			f.Fatal(err)
 		}
 	}
 	for i := range 2 {

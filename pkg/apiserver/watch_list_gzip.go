@@ -14,8 +14,9 @@ import (
 	"k8s.io/streaming/pkg/httpstream/wsstream"
 )
 
-// GzipStream writes a watch's response as a stream of gzip members, each
-// ended at a flush (cacher.GzipStream).
+// GzipStream writes a watch's response as one gzip member whose deflate
+// segments end at each flush, so that a client reads everything written
+// before it (cacher.GzipStream).
 type GzipStream interface {
 	io.Writer
 	Flush() error
@@ -28,7 +29,7 @@ type GzipStream interface {
 // watch-list instead of once each. k8s.io/apiserver compresses a
 // watch-list's response when the client accepts gzip, in a member that it
 // ends at every flush (handlers/watch.go, perFlushGzipWriter); this filter
-// writes a stream of members that end at the same flushes, with the
+// writes one member whose segments end at the same flushes, with the
 // library told the client accepts no encoding, so that it writes the
 // events plain and the stream sees each one as the cache wrote it. Every
 // other request, and a watch-list whose client does not accept gzip,
@@ -108,8 +109,8 @@ func (w *gzipWatchWriter) Write(p []byte) (int, error) {
 	return w.stream.Write(p)
 }
 
-// Flush ends the open member, as the library's writer does, so that the
-// client can read every event written so far.
+// Flush ends the open segment in a sync flush, where the library's writer
+// ends a member, so that the client can read every event written so far.
 func (w *gzipWatchWriter) Flush() {
 	if w.stream != nil {
 		if err := w.stream.Flush(); err != nil && w.err == nil {
@@ -121,7 +122,7 @@ func (w *gzipWatchWriter) Flush() {
 	}
 }
 
-// close ends the stream's last member.
+// close ends the stream's member.
 func (w *gzipWatchWriter) close() {
 	if w.stream != nil && w.err == nil {
 		_ = w.stream.Close() // the response is over: no one to tell

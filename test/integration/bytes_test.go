@@ -142,10 +142,10 @@ func TestResponsesFromBytes(t *testing.T) {
 			}
 		}
 		// A list whose client accepts gzip: ours sends runs of objects the
-		// cache compressed once (pkg/apiserver's WithListGzip), as members
-		// of a gzip stream, and must send what the server without the cache
-		// sends a client that accepts no encoding. Twice, so that the second
-		// is sent the members the first made.
+		// cache compressed once (pkg/apiserver's WithListGzip), as segments
+		// of one gzip member, and must send what the server without the
+		// cache sends a client that accepts no encoding. Twice, so that the
+		// second is sent the runs the first compressed.
 		list := fmt.Sprintf("/apis/fleet.example.com/%s/namespaces/%s/assignments?resourceVersion=%d&resourceVersionMatch=NotOlderThan",
 			version, equalityListNamespace, rv)
 		wantList, _ := encodedBody(ctx, t, plainClient, plain.URL+list, "identity")
@@ -175,7 +175,7 @@ func TestResponsesFromBytes(t *testing.T) {
 		// (Not compared with the server without the cache, whose etcd
 		// watch sends the initial-events-end bookmark only after etcd's
 		// next progress notification.) Twice, so that the second is sent
-		// the members the first made.
+		// the runs the first compressed.
 		path := fmt.Sprintf("%s?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&resourceVersion=%d&timeoutSeconds=1", base, rv)
 		live := len(objs) - 3
 		want := encodedWatchLines(ctx, t, cachedClient, cached.URL+path, "identity", live+1)

@@ -68,7 +68,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	serverConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
 		// The watch limit and the shared gzip of watch-lists and lists
 		// innermost, so that the request is authenticated and its info
-		// known, and a list writes to the writer the handler has; the wait
+		// known, and a list's headers are those the handler sends; the wait
 		// for the client CAs outside the chain, and the foreground's count
 		// outside all, so that a request counts from its start.
 		inner := apiserver.WithWatchLimit(apiserver.WithWatchListGzip(apiserver.WithListGzip(h, newListGzipStream), newGzipStream), maxWatches, c.Serializer)

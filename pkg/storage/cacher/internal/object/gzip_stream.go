@@ -182,7 +182,7 @@ func (s *GzipStream) Write(p []byte) (int, error) {
 
 // WriteItem writes prefix and then frame, which are a list's separator
 // and the bytes item, the cache's object, gives it (Object.ListItem): runs
-// of such items are sent as members shared with every list that sends
+// of such items are sent as segments shared with every list that sends
 // them, kept while their first object's Caching lives.
 func (s *GzipStream) WriteItem(prefix []byte, item runtime.Object, frame []byte) error {
 	o, ok := item.(*Object)

@@ -93,7 +93,7 @@ func stream(t *testing.T, writes [][]byte) streamed {
 }
 
 // TestGzipStream: streams that send the same frames of the cache's in the
-// same order share the members of their runs, compressed by the first;
+// same order share the segments of their runs, compressed by the first;
 // whatever is written, each stream decompresses to exactly it, and a
 // client reads everything written before a flush without waiting for more.
 func TestGzipStream(t *testing.T) {
@@ -263,7 +263,7 @@ func listed(t *testing.T, objs []*Object, frameOf func(*Object) []byte) streamed
 // the opening brace a list writes before them, and the final newline.
 func itemOf(o *Object) []byte { return bytes.TrimSuffix(o.Raw[o.Head:], []byte("\n")) }
 
-// TestGzipStreamItems: lists of the same objects share the members of
+// TestGzipStreamItems: lists of the same objects share the segments of
 // their runs, kept with the Caching of each run's first object; a list
 // with some objects changed compresses only the runs they are in, and
 // those replace the runs held; each list decompresses to what it wrote.

@@ -1,8 +1,8 @@
 // Command sample-apiserver is Kubernetes' sample-apiserver (the wardle
 // API: Flunders and Fischers) serving every list and watch from
 // cached-apiserver's watch cache instead of upstream's Cacher. It is
-// sample-apiserver's own main and RunWardleServer with one line added;
-// see serve.
+// sample-apiserver's own main and RunWardleServer with one line added,
+// and the storage-readiness hook; see serve.
 package main
 
 import (
@@ -55,6 +55,10 @@ func serve(ctx context.Context, o *server.WardleServerOptions) error {
 	if err != nil {
 		return err
 	}
+	// Not our cache's line, but what any aggregated server wants: /readyz
+	// waits for every storage's cache to list, as kube-apiserver's does.
+	// sample-apiserver, like the generic server, does not add the hook.
+	srv.GenericAPIServer.AddPostStartHookOrDie("storage-readiness", srv.GenericAPIServer.StorageReadinessHook.Hook)
 	srv.GenericAPIServer.AddPostStartHookOrDie("start-sample-server-informers", func(hook genericapiserver.PostStartHookContext) error {
 		// Both are nil when the server runs without a core API (its test).
 		if f := config.GenericConfig.SharedInformerFactory; f != nil {

@@ -57,3 +57,14 @@ func StepUntil(tb testing.TB, clk *testingclock.FakeClock, cond func() bool) {
 		tb.Fatalf("condition never held: %v", err)
 	}
 }
+
+// Eventually waits until cond holds, polling, failing the test if it does
+// not within wait.ForeverTestTimeout: for what another goroutine does and
+// nothing signals. what names the wait in the failure.
+func Eventually(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, wait.ForeverTestTimeout, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		tb.Fatalf("%s: not within %v", what, wait.ForeverTestTimeout)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet"
 	"github.com/cached-apiserver/cached-apiserver/pkg/registry/fleet/agent"
 	"github.com/cached-apiserver/cached-apiserver/pkg/registry/fleet/assignment"
@@ -79,6 +80,20 @@ func (c completedConfig) New() (*Server, error) {
 	apiGroupInfo.VersionedResourcesStorageMap["v1beta1"] = resources
 	apiGroupInfo.VersionedResourcesStorageMap["v1alpha1"] = resources
 	if err := s.GenericAPIServer.InstallAPIGroup(&apiGroupInfo); err != nil {
+		return nil, err
+	}
+	// /readyz fails until every resource's watch cache has listed, as
+	// kube-apiserver's: InstallAPIGroup registers each storage with the
+	// hook, but only a server that adds the hook waits for it. Without it
+	// /readyz said ready seconds before the caches answered anything but
+	// 429, and a rolling update took the next old pod down meanwhile
+	// (issue 56). The hook gives up, and reports ready, once
+	// --storage-initialization-timeout passes; a later re-list does not
+	// make /readyz fail, which would take every replica out at once.
+	if inject.On(inject.ReadyzWithoutCache) {
+		return s, nil
+	}
+	if err := s.GenericAPIServer.AddPostStartHook("storage-readiness", s.GenericAPIServer.StorageReadinessHook.Hook); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -71,7 +71,7 @@ func New(cfg Config) (*Cacher, error) {
 	c.d = fanout.NewDispatcher(fanout.Config{Store: c.store, Log: c.log, Presenter: c.pres, Versioner: cfg.Versioner,
 		NewFunc: cfg.NewFunc, Clock: cfg.Clock, BookmarkFrequency: cfg.BookmarkFrequency, Gate: cfg.InitialEvents,
 		Metrics: c.metrics.Metrics})
-	c.src = source.New(source.Config{Store: cfg.Storage, ResourcePrefix: cfg.ResourcePrefix,
+	c.src = source.New(source.Config{Store: cfg.Storage, Changes: cfg.changes(), ResourcePrefix: cfg.ResourcePrefix,
 		GroupResource: cfg.GroupResource, NewListFunc: cfg.NewListFunc, Versioner: cfg.Versioner, Build: c.build,
 		Keys: cfg.KeyReader, ListPageSize: cfg.listPageSize, ListPageBytes: cfg.listPageBytes,
 		WarmStartRevisions: cfg.WarmStartRevisions, ConsistencyCheckInterval: cfg.ConsistencyCheckInterval,

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
@@ -148,6 +149,17 @@ type Config struct {
 	// still silent an interval later is re-opened, since a blackholed
 	// connection may never return an error.
 	ProgressRequestInterval time.Duration
+	// Client is the etcd Storage writes to. The cache follows the
+	// resource's changes on it, through a watch of its own: etcd sends a
+	// revision's changes together, and the cache applies them together
+	// (issue 56), where Storage's Watch hands them out one at a time.
+	// Required; StorageDecorator sets it.
+	Client *clientv3.Client
+	// StoragePrefix is Storage's prefix in etcd (storagebackend.Config.Prefix).
+	StoragePrefix string
+	// Transformer reads the values etcd holds as Storage does (encryption
+	// at rest); nil reads them as they are.
+	Transformer value.Transformer
 	// KeyReader reads etcd's keys and revisions for the consistency check;
 	// nil turns the check off. StorageDecorator sets one.
 	KeyReader KeyReader
@@ -182,6 +194,10 @@ type Config struct {
 	// Clock drives bookmarks and waits. Default: the real clock.
 	Clock clock.WithTicker
 
+	// wrapChanges, if set, wraps the etcd changes the cache follows: tests
+	// inject faults with it.
+	wrapChanges func(source.Changes) source.Changes
+
 	// listPageSize is the page size of the cache's own lists from the
 	// store, and listPageBytes the bytes of a page read at once; tests
 	// make them small. Defaults source.ListPageSize and
@@ -195,6 +211,8 @@ func (c *Config) complete() error {
 		return fmt.Errorf("cacher: Config.Storage is required")
 	case c.KeyFunc == nil || c.NewFunc == nil || c.NewListFunc == nil || c.GetAttrsFunc == nil || c.Codec == nil:
 		return fmt.Errorf("cacher: Config.KeyFunc, NewFunc, NewListFunc, GetAttrsFunc and Codec are required")
+	case c.Client == nil:
+		return fmt.Errorf("cacher: Config.Client, the etcd client the cache follows the resource's changes with, is required")
 	}
 	if c.Versioner == nil {
 		c.Versioner = storage.APIObjectVersioner{}
@@ -242,4 +260,41 @@ func (c *Config) builderConfig(x *object.Expiry) object.BuilderConfig {
 	return object.BuilderConfig{Codec: c.Codec, Scheme: c.Scheme, NewFunc: c.NewFunc, KeyFunc: c.KeyFunc,
 		GetAttrsFunc: c.GetAttrsFunc, Versioner: c.Versioner, TriggerField: c.TriggerField,
 		IndexerFuncs: c.IndexerFuncs, Indexers: c.Indexers, Expiry: x}
+}
+
+// changes is etcd's record of the resource's changes, read as Storage
+// reads it.
+func (c *Config) changes() source.Changes {
+	var ch source.Changes = source.NewEtcdChanges(source.EtcdChangesConfig{Client: c.Client, StoragePrefix: c.StoragePrefix,
+		ResourcePrefix: c.ResourcePrefix, Transformer: c.Transformer, Decode: c.decoder()})
+	if c.wrapChanges != nil {
+		ch = c.wrapChanges(ch)
+	}
+	return ch
+}
+
+// decoder decodes a value etcd holds at a revision, as Storage's watch
+// does. With a Scheme it keeps the bytes with the object (object.StoredItem)
+// when they are what Codec writes for it, so that the object's cached bytes
+// are written from them and not encoded again, as the cache's lists do.
+func (c *Config) decoder() func([]byte, uint64) (runtime.Object, error) {
+	codec := c.Codec
+	stored := c.Scheme != nil
+	if stored {
+		codec = object.NewStorageCodec(c.Codec, c.Scheme, c.NewFunc)
+	}
+	return func(data []byte, rev uint64) (runtime.Object, error) {
+		var into runtime.Object
+		if stored {
+			into = &object.StoredItem{}
+		}
+		obj, _, err := codec.Decode(data, nil, into)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Versioner.UpdateObject(obj, rev); err != nil {
+			return nil, err
+		}
+		return obj, nil
+	}
 }

@@ -88,8 +88,10 @@ func newTestPrefixTransformer() *storagetesting.PrefixTransformer {
 }
 
 type setupOptions struct {
-	// wrap wraps the etcd3 store, for fault injection.
-	wrap func(storage.Interface) storage.Interface
+	// wrap wraps the etcd3 store, and changes the etcd changes the
+	// cache follows, for fault injection.
+	wrap    func(storage.Interface) storage.Interface
+	changes func(source.Changes) source.Changes
 	// config adjusts the cacher's Config.
 	config        func(*Config)
 	clusterScoped bool
@@ -166,6 +168,10 @@ func newTestCacher(t testing.TB, opts ...setupOption) *testCacher {
 		NewListFunc:    newPodList,
 		GetAttrsFunc:   podAttrs,
 		Codec:          o.codec,
+		Client:         server.V3Client.Client,
+		StoragePrefix:  etcd3testing.PathPrefix(),
+		Transformer:    transformer,
+		wrapChanges:    o.changes,
 	}
 	if o.indexes {
 		cfg.IndexerFuncs = storage.IndexerFuncs{"spec.nodeName": func(obj runtime.Object) string {

@@ -101,14 +101,14 @@ func StorageDecorator(base Config) generic.StorageDecorator {
 		if cfg.Connections == nil {
 			cfg.Connections = tracker
 		}
-		closeClient := func() {}
+		client, err := newEtcdClient(config.Transport, tracker)
+		if err != nil {
+			destroyRaw()
+			return nil, nil, fmt.Errorf("etcd client of the watch cache of %s: %w", config.GroupResource, err)
+		}
+		closeClient := func() { _ = client.Close() }
+		cfg.Client, cfg.StoragePrefix, cfg.Transformer = client, config.Prefix, config.Transformer
 		if cfg.KeyReader == nil && cfg.ConsistencyCheckInterval >= 0 {
-			client, err := newEtcdClient(config.Transport, tracker)
-			if err != nil {
-				destroyRaw()
-				return nil, nil, fmt.Errorf("etcd client for the consistency check of %s: %w", config.GroupResource, err)
-			}
-			closeClient = func() { _ = client.Close() }
 			cfg.KeyReader = NewEtcdKeyReader(client, config.Prefix, resourcePrefix)
 		}
 		c, err := New(cfg)
@@ -133,8 +133,9 @@ const (
 // at error level and without the default sampler: a sampler takes 448 KiB,
 // which a logger per client added to the empty server's heap once for each
 // resource (kubernetes#111476 is the same cost in the generic storage
-// factory, which shares one logger). These clients make a few keys-only
-// reads every few minutes, too few errors to need sampling.
+// factory, which shares one logger). Each client holds one watch and
+// makes a few keys-only reads every few minutes: at error level, too few
+// messages to need sampling.
 var etcdClientLogger = sync.OnceValues(func() (*zap.Logger, error) {
 	cfg := logutil.DefaultZapLoggerConfig
 	cfg.Level = zap.NewAtomicLevelAt(zap.ErrorLevel)
@@ -143,8 +144,8 @@ var etcdClientLogger = sync.OnceValues(func() (*zap.Logger, error) {
 })
 
 // newEtcdClient connects to etcd as the generic storage factory does,
-// through the tracker, minus its tracing, which a few keys-only reads every
-// few minutes do not need.
+// through the tracker, minus its tracing: the cache's own client, which
+// follows the resource's changes and reads its keys.
 func newEtcdClient(t storagebackend.TransportConfig, tracker *etcdconn.Tracker) (*clientv3.Client, error) {
 	var tlsConfig *tls.Config
 	tlsInfo := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile}

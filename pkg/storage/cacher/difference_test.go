@@ -89,7 +89,8 @@ func TestIndexedDispatchMatchesUpstream(t *testing.T) {
 	triggers := storage.IndexerFuncs{"spec.nodeName": func(obj runtime.Object) string { return obj.(*example.Pod).Spec.NodeName }}
 	keyFunc := func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) }
 	ours, err := New(Config{Storage: newRaw(), GroupResource: schema.GroupResource{Resource: "pods"}, ResourcePrefix: "/pods/",
-		KeyFunc: keyFunc, NewFunc: newBenchPod, NewListFunc: newBenchPodList, GetAttrsFunc: podAttrs, IndexerFuncs: triggers, Codec: examplev1Blob})
+		KeyFunc: keyFunc, NewFunc: newBenchPod, NewListFunc: newBenchPodList, GetAttrsFunc: podAttrs, IndexerFuncs: triggers, Codec: examplev1Blob,
+		Client: server.V3Client.Client, StoragePrefix: etcd3testing.PathPrefix()})
 	if err != nil {
 		t.Fatal(err)
 	}

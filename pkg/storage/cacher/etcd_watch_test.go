@@ -25,35 +25,14 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
-// faultyStore wraps the real etcd3 store so that a test can break the
-// cache's etcd watch the ways etcd does: end it with an error, close it, or
-// make it go silent like a blackholed connection. Everything else is etcd's.
+// faultyStore wraps the real etcd3 store so that a test can fail its
+// reads of etcd's revision. Everything else is etcd's.
 type faultyStore struct {
 	storage.Interface
 	// currentRevErr, when set, fails GetCurrentResourceVersion.
 	currentRevErr atomic.Pointer[error]
-	// startSilent makes every new watch silent from its start.
-	startSilent atomic.Bool
 	// revReads counts GetCurrentResourceVersion calls.
 	revReads atomic.Int64
-
-	// mu guards watches.
-	mu      sync.Mutex
-	watches []*faultyWatch
-}
-
-func (s *faultyStore) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
-	inner, err := s.Interface.Watch(ctx, key, opts)
-	if err != nil {
-		return nil, err
-	}
-	w := &faultyWatch{inner: inner, ch: make(chan watch.Event), fail: make(chan *watch.Event, 1), done: make(chan struct{})}
-	w.silent.Store(s.startSilent.Load())
-	go w.forward()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.watches = append(s.watches, w)
-	return w, nil
 }
 
 func (s *faultyStore) GetCurrentResourceVersion(ctx context.Context) (uint64, error) {
@@ -64,12 +43,37 @@ func (s *faultyStore) GetCurrentResourceVersion(ctx context.Context) (uint64, er
 	return s.Interface.GetCurrentResourceVersion(ctx)
 }
 
-// open returns how many of the watches the cache opened it has not stopped.
-func (s *faultyStore) open() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// faultyChanges wraps the etcd changes the cache follows so that a test
+// can break the cache's etcd watch the ways etcd does: end it with an
+// error, close it, or make it go silent like a blackholed connection.
+// Everything else is etcd's.
+type faultyChanges struct {
+	inner source.Changes
+	// startSilent makes every new watch silent from its start.
+	startSilent atomic.Bool
+
+	// mu guards watches.
+	mu      sync.Mutex
+	watches []*faultyWatch
+}
+
+func (f *faultyChanges) Watch(ctx context.Context, rev uint64) source.ChangeStream {
+	w := &faultyWatch{inner: f.inner.Watch(ctx, rev), ch: make(chan source.Response), fail: make(chan *source.End, 1),
+		done: make(chan struct{})}
+	w.silent.Store(f.startSilent.Load())
+	go w.forward()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.watches = append(f.watches, w)
+	return w
+}
+
+// open returns how many of the watches the cache opened it has not closed.
+func (f *faultyChanges) open() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	n := 0
-	for _, w := range s.watches {
+	for _, w := range f.watches {
 		select {
 		case <-w.done:
 		default:
@@ -80,35 +84,37 @@ func (s *faultyStore) open() int {
 }
 
 // count returns how many watches the cache opened.
-func (s *faultyStore) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.watches)
+func (f *faultyChanges) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.watches)
 }
 
 // last returns the watch the cache opened last.
-func (s *faultyStore) last() *faultyWatch {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.watches[len(s.watches)-1]
+func (f *faultyChanges) last() *faultyWatch {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.watches[len(f.watches)-1]
 }
 
 // faultyWatch forwards the real watch until told to fail.
 type faultyWatch struct {
-	inner watch.Interface
-	ch    chan watch.Event
-	// fail ends the watch after sending the event, if any.
-	fail     chan *watch.Event
-	silent   atomic.Bool
-	done     chan struct{}
-	stopOnce sync.Once
+	inner source.ChangeStream
+	ch    chan source.Response
+	// fail ends the watch with the end sent, or closes it for nil.
+	fail      chan *source.End
+	silent    atomic.Bool
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
-func (w *faultyWatch) ResultChan() <-chan watch.Event { return w.ch }
+func (w *faultyWatch) Responses() <-chan source.Response { return w.ch }
 
-func (w *faultyWatch) Stop() {
-	w.stopOnce.Do(func() { close(w.done) })
-	w.inner.Stop()
+func (w *faultyWatch) RequestProgress(ctx context.Context) error { return w.inner.RequestProgress(ctx) }
+
+func (w *faultyWatch) Close() {
+	w.closeOnce.Do(func() { close(w.done) })
+	w.inner.Close()
 }
 
 func (w *faultyWatch) forward() {
@@ -117,15 +123,15 @@ func (w *faultyWatch) forward() {
 		select {
 		case <-w.done:
 			return
-		case ev := <-w.fail:
-			if ev != nil {
+		case end := <-w.fail:
+			if end != nil {
 				select {
-				case w.ch <- *ev:
+				case w.ch <- source.Response{End: end}:
 				case <-w.done:
 				}
 			}
 			return
-		case ev, ok := <-w.inner.ResultChan():
+		case r, ok := <-w.inner.Responses():
 			if !ok {
 				return
 			}
@@ -134,7 +140,7 @@ func (w *faultyWatch) forward() {
 				continue
 			}
 			select {
-			case w.ch <- ev:
+			case w.ch <- r:
 			case <-w.done:
 				return
 			}
@@ -142,30 +148,40 @@ func (w *faultyWatch) forward() {
 	}
 }
 
-func errorEvent(err error) *watch.Event {
-	status := err.(apierrors.APIStatus).Status()
-	return &watch.Event{Type: watch.Error, Object: &status}
+// faults are what a faulty cache's test breaks.
+type faults struct {
+	store   *faultyStore
+	changes *faultyChanges
+	conns   *fakeConnections
+	clk     *testingclock.FakeClock
 }
 
-// newFaultyCacher returns a ready cache over a faultyStore, on a fake
-// clock, with its quiet connections dropped through a fakeConnections.
-func newFaultyCacher(t *testing.T) (*testCacher, *faultyStore, *fakeConnections, *testingclock.FakeClock) {
+// withFaults has the cache read etcd through f's faulty store and changes.
+func withFaults(f *faults) setupOption {
+	return func(o *setupOptions) {
+		o.wrap = func(s storage.Interface) storage.Interface { f.store.Interface = s; return f.store }
+		o.changes = func(c source.Changes) source.Changes { f.changes.inner = c; return f.changes }
+	}
+}
+
+// newFaultyCacher returns a ready cache over a faulty store and changes,
+// on a fake clock, with its quiet connections dropped through a
+// fakeConnections.
+func newFaultyCacher(t *testing.T) (*testCacher, *faults) {
 	t.Helper()
-	clk := testingclock.NewFakeClock(time.Now())
-	store := &faultyStore{}
-	conns := &fakeConnections{open: store.open}
-	c := newTestCacher(t, func(o *setupOptions) {
-		o.wrap = func(s storage.Interface) storage.Interface { store.Interface = s; return store }
-		o.config = func(cfg *Config) { cfg.Clock = clk; cfg.Connections = conns }
+	f := &faults{store: &faultyStore{}, changes: &faultyChanges{}, clk: testingclock.NewFakeClock(time.Now())}
+	f.conns = &fakeConnections{open: f.changes.open}
+	c := newTestCacher(t, withFaults(f), func(o *setupOptions) {
+		o.config = func(cfg *Config) { cfg.Clock = f.clk; cfg.Connections = f.conns }
 	})
 	waitReady(t, c.Cacher)
 	// The cache is ready once it has listed; it opens its etcd watch
 	// after that, and the tests break the watch it opened.
 	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, wait.ForeverTestTimeout, true,
-		func(context.Context) (bool, error) { return store.count() > 0, nil }); err != nil {
+		func(context.Context) (bool, error) { return f.changes.count() > 0, nil }); err != nil {
 		t.Fatalf("the cache opened no etcd watch after it was ready: %v", err)
 	}
-	return c, store, conns, clk
+	return c, f
 }
 
 // TestEtcdWatchFailures checks what the cache does when its etcd watch
@@ -184,12 +200,12 @@ func TestEtcdWatchFailures(t *testing.T) {
 		dropsQuiet bool
 	}{{
 		name:       "no leader",
-		breakWatch: func(w *faultyWatch) { w.fail <- errorEvent(apierrors.NewInternalError(rpctypes.ErrNoLeader)) },
+		breakWatch: func(w *faultyWatch) { w.fail <- &source.End{Reason: source.EndNoLeader, Err: rpctypes.ErrNoLeader} },
 		reason:     source.EndNoLeader,
 	}, {
 		name: "etcd unavailable",
 		breakWatch: func(w *faultyWatch) {
-			w.fail <- errorEvent(apierrors.NewInternalError(errors.New("rpc error: code = Unavailable desc = connection reset")))
+			w.fail <- &source.End{Reason: source.EndUnavailable, Err: errors.New("rpc error: code = Unavailable desc = connection reset")}
 		},
 		reason: source.EndUnavailable,
 	}, {
@@ -204,7 +220,7 @@ func TestEtcdWatchFailures(t *testing.T) {
 	}, {
 		name: "compacted",
 		breakWatch: func(w *faultyWatch) {
-			w.fail <- errorEvent(apierrors.NewResourceExpired("The resourceVersion for the provided watch is too old."))
+			w.fail <- &source.End{Reason: source.EndCompacted, Relist: true, Err: rpctypes.ErrCompacted}
 		},
 		reason: source.EndCompacted,
 		relist: true,
@@ -212,7 +228,7 @@ func TestEtcdWatchFailures(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			c, store, conns, clk := newFaultyCacher(t)
+			c, f := newFaultyCacher(t)
 			restarts := etcdWatchRestarts.WithLabelValues("", "pods", tc.reason)
 			relists := relistsCounter.WithLabelValues("", "pods", tc.reason)
 			gaps := etcdWatchGap.WithLabelValues("", "pods")
@@ -229,11 +245,11 @@ func TestEtcdWatchFailures(t *testing.T) {
 			createPod(t, c, "b")
 			expectNames(t, w, "b")
 
-			tc.breakWatch(store.last())
+			tc.breakWatch(f.changes.last())
 			// Writes go on while the cache's watch is down.
 			createPod(t, c, "c")
 			createPod(t, c, "d")
-			testkit.StepUntil(t, clk, func() bool { return store.count() > 1 })
+			testkit.StepUntil(t, f.clk, func() bool { return f.changes.count() > 1 })
 
 			if tc.relist {
 				ev := next(t, w)
@@ -247,14 +263,14 @@ func TestEtcdWatchFailures(t *testing.T) {
 			}
 			// The same watcher gets every event after the fault, in order, once.
 			expectNames(t, w, "c", "d")
-			if quiets := conns.calls(); tc.dropsQuiet {
+			if quiets := f.conns.calls(); tc.dropsQuiet {
 				// Silent 8 s after the last thing heard at most (source/silence.go).
 				if len(quiets) != 1 || quiets[0] < DefaultProgressRequestInterval || quiets[0] > 8*time.Second {
 					t.Errorf("DropQuiet called with %v, want once with a quiet of 5–8 s", quiets)
 				}
 				// Dropped as the silent watch ends, etcd's client could
 				// re-create it on a new connection and leave it there.
-				if open := conns.openWatches(); len(open) != 1 || open[0] != 0 {
+				if open := f.conns.openWatches(); len(open) != 1 || open[0] != 0 {
 					t.Errorf("DropQuiet called with %v etcd watches open, want once with none: after the silent one ended", open)
 				}
 			} else if len(quiets) > 0 {
@@ -286,17 +302,17 @@ func TestEtcdWatchFailures(t *testing.T) {
 // and closed its connections to etcd each time. It now asks etcd's
 // revision first, and keeps the watch when etcd has nothing newer.
 func TestIdleEtcdWatchStaysOpen(t *testing.T) {
-	c, store, conns, clk := newFaultyCacher(t)
+	c, f := newFaultyCacher(t)
 	restarts := etcdWatchRestarts.WithLabelValues("", "pods", source.EndSilent)
 	restartsBefore, _ := testutil.GetCounterMetricValue(restarts)
 
 	// Three progress request intervals with no write: the cache asks
 	// etcd's revision after each unanswered request.
-	testkit.StepUntil(t, clk, func() bool { return store.revReads.Load() >= 3 })
-	if n := store.count(); n != 1 {
+	testkit.StepUntil(t, f.clk, func() bool { return f.store.revReads.Load() >= 3 })
+	if n := f.changes.count(); n != 1 {
 		t.Errorf("the cache opened %d etcd watches over an idle etcd, want 1", n)
 	}
-	if quiets := conns.calls(); len(quiets) > 0 {
+	if quiets := f.conns.calls(); len(quiets) > 0 {
 		t.Errorf("DropQuiet called with %v over an idle etcd, want no call", quiets)
 	}
 	if restarted, _ := testutil.GetCounterMetricValue(restarts); restarted != restartsBefore {
@@ -316,15 +332,15 @@ func TestIdleEtcdWatchStaysOpen(t *testing.T) {
 // idle etcd ends the outage a tick after it opens, once etcd confirms it
 // has nothing newer, not an interval later when the silence check would.
 func TestIdleEtcdRewatchEndsOutage(t *testing.T) {
-	c, store, _, clk := newFaultyCacher(t)
+	c, f := newFaultyCacher(t)
 	gaps := etcdWatchGap.WithLabelValues("", "pods")
 	gapsBefore, _ := testutil.GetHistogramMetricCount(gaps)
 	sumBefore, _ := testutil.GetHistogramMetricValue(gaps)
 
-	store.last().fail <- nil // closed, with no write before or after
-	testkit.StepUntil(t, clk, func() bool {
+	f.changes.last().fail <- nil // closed, with no write before or after
+	testkit.StepUntil(t, f.clk, func() bool {
 		n, _ := testutil.GetHistogramMetricCount(gaps)
-		return store.count() > 1 && n > gapsBefore
+		return f.changes.count() > 1 && n > gapsBefore
 	})
 	sum, _ := testutil.GetHistogramMetricValue(gaps)
 	// The re-watch waits 25 ms, and the first tick comes a second after it.

@@ -3,6 +3,7 @@ package cacher
 import (
 	"context"
 	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -51,15 +52,21 @@ import (
 
 type benchImpl struct {
 	name string
-	wrap func(b *testing.B, raw storage.Interface, prefix string, indexed bool) storage.Interface
+	wrap func(b *testing.B, raw benchStore, prefix string, indexed bool) storage.Interface
+}
+
+// benchStore is an etcd3 store and the etcd client under it.
+type benchStore struct {
+	storage.Interface
+	client *clientv3.Client
 }
 
 var benchImpls = []benchImpl{
-	{name: "ours", wrap: func(b *testing.B, raw storage.Interface, prefix string, indexed bool) storage.Interface {
+	{name: "ours", wrap: func(b *testing.B, raw benchStore, prefix string, indexed bool) storage.Interface {
 		cfg := Config{
-			Storage: raw, GroupResource: schema.GroupResource{Resource: "pods"}, ResourcePrefix: prefix,
+			Storage: raw.Interface, GroupResource: schema.GroupResource{Resource: "pods"}, ResourcePrefix: prefix,
 			KeyFunc: benchKeyFunc(prefix), NewFunc: newBenchPod, NewListFunc: newBenchPodList, GetAttrsFunc: podAttrs,
-			Codec: examplev1Blob,
+			Codec: examplev1Blob, Client: raw.client, StoragePrefix: etcd3testing.PathPrefix(),
 		}
 		if indexed {
 			cfg.IndexerFuncs, cfg.Indexers = benchIndexes()
@@ -72,9 +79,9 @@ var benchImpls = []benchImpl{
 		waitReady(b, c)
 		return c
 	}},
-	{name: "upstream", wrap: func(b *testing.B, raw storage.Interface, prefix string, indexed bool) storage.Interface {
+	{name: "upstream", wrap: func(b *testing.B, raw benchStore, prefix string, indexed bool) storage.Interface {
 		cfg := upstreamcacher.Config{
-			Storage: raw, Versioner: storage.APIObjectVersioner{}, GroupResource: schema.GroupResource{Resource: "pods"},
+			Storage: raw.Interface, Versioner: storage.APIObjectVersioner{}, GroupResource: schema.GroupResource{Resource: "pods"},
 			EventsHistoryWindow: upstreamcacher.DefaultEventFreshDuration, ResourcePrefix: prefix,
 			KeyFunc: benchKeyFunc(prefix), GetAttrsFunc: podAttrs, NewFunc: newBenchPod, NewListFunc: newBenchPodList,
 			Codec: examplev1Blob, Clock: clock.RealClock{},
@@ -89,11 +96,11 @@ var benchImpls = []benchImpl{
 		if err := c.Wait(context.Background()); err != nil {
 			b.Fatal(err)
 		}
-		d := upstreamcacher.NewCacheDelegator(c, raw)
+		d := upstreamcacher.NewCacheDelegator(c, raw.Interface)
 		b.Cleanup(func() { d.Stop(); c.Stop() })
 		return d
 	}},
-	{name: "etcd3", wrap: func(_ *testing.B, raw storage.Interface, _ string, _ bool) storage.Interface { return raw }},
+	{name: "etcd3", wrap: func(_ *testing.B, raw benchStore, _ string, _ bool) storage.Interface { return raw.Interface }},
 }
 
 func newBenchPod() apiruntime.Object     { return &example.Pod{} }
@@ -112,19 +119,19 @@ func benchIndexes() (storage.IndexerFuncs, *cache.Indexers) {
 }
 
 // store returns a fresh etcd3 store under a new prefix.
-func (e *benchEtcd) store(b *testing.B) (storage.Interface, string) {
+func (e *benchEtcd) store(b *testing.B) (benchStore, string) {
 	e.runs++
 	return e.storeAt(b, fmt.Sprintf("/pods%d/", e.runs))
 }
 
 // storeAt returns an etcd3 store under prefix.
-func (e *benchEtcd) storeAt(b *testing.B, prefix string) (storage.Interface, string) {
+func (e *benchEtcd) storeAt(b *testing.B, prefix string) (benchStore, string) {
 	raw, stop, err := newRawStore(e.client, prefix)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(stop)
-	return raw, prefix
+	return benchStore{Interface: raw, client: e.client.Client}, prefix
 }
 
 // newRawStore is an etcd3 store of example pods under prefix.

@@ -4,33 +4,44 @@ package cacher
 
 import (
 	"os"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
-)
 
-// faultEnv names the promise a faultinject build breaks in every watch:
-// drop, duplicate or reorder one event, or send a bookmark before an event
-// it claims to follow (early-bookmark).
-const faultEnv = "CACHED_APISERVER_TEST_FAULT"
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
+)
 
 // faultyEvent is which event of a watch, bookmarks aside, the fault hits:
 // late enough to be past a small initial state, early enough that every
 // busy stream meets it.
 const faultyEvent = 5
 
+// The faults this file injects in every watch: drop, duplicate or reorder
+// one event, or send a bookmark before an event it claims to follow
+// (early-bookmark). internal/inject names the others, which their code
+// injects where the bug would be.
+var watchFaults = []string{"drop", "duplicate", "reorder", "early-bookmark"}
+
 func init() {
-	fault := os.Getenv(faultEnv)
-	switch fault {
-	case "":
-		return
-	case "drop", "duplicate", "reorder", "early-bookmark":
+	fault := os.Getenv(inject.Env)
+	switch {
+	case fault == "":
+	case slices.Contains(inject.Known, inject.Fault(fault)):
+		klog.Warningf("This build breaks the server on purpose: %s=%s", inject.Env, fault)
+	case !slices.Contains(watchFaults, fault):
+		klog.Fatalf("%s=%q: want one of %v or %v", inject.Env, fault, watchFaults, inject.Known)
 	default:
-		klog.Fatalf("%s=%q: want drop, duplicate, reorder or early-bookmark", faultEnv, fault)
+		klog.Warningf("This build breaks the watch cache on purpose: %s=%s", inject.Env, fault)
 	}
-	klog.Warningf("This build breaks the watch cache on purpose: %s=%s", faultEnv, fault)
+	// The fault is read at each watch, so that a test in this build can
+	// change it (inject.Set).
 	testFault = func(c *Cacher, w watch.Interface) watch.Interface {
+		fault := string(inject.Current())
+		if !slices.Contains(watchFaults, fault) {
+			return w
+		}
 		f := &injectedWatch{inner: w, fault: fault, c: c, ch: make(chan watch.Event), done: make(chan struct{})}
 		go f.run()
 		return f

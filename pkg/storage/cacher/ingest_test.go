@@ -17,6 +17,7 @@ import (
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
 // TestDecodeErrorEndsWatchers replaces upstream's RunTestWatchError, whose
@@ -85,24 +86,22 @@ func TestDecodeErrorEndsWatchers(t *testing.T) {
 	}
 }
 
-// replayingStore repeats, on its watches with progress notification (the
-// cache's own), the events it is told to, as etcd's client does when it
-// resumes a watch on a member that is behind (etcd-io/etcd#20221). A
-// warm start's backfill watches the same way, and would take a replay and
-// drop it: a test waits for its cache to be ready before it writes, so
-// that the cache lists an empty etcd and has nothing to backfill.
-type replayingStore struct {
-	storage.Interface
-	// replay takes the events to repeat, in order, after the event being passed.
-	replay chan []watch.Event
+// replayingChanges repeats, on the cache's etcd watches, the changes it is
+// told to, as etcd's client does when it resumes a watch on a member that
+// is behind (etcd-io/etcd#20221). A warm start's backfill watches the same
+// way, and would take a replay and drop it: a test waits for its cache to
+// be ready before it writes, so that the cache lists an empty etcd and
+// has nothing to backfill.
+type replayingChanges struct {
+	source.Changes
+	// replay takes the changes to repeat, as one response, after the
+	// response being passed.
+	replay chan []source.Change
 }
 
-func (s *replayingStore) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
-	w, err := s.Interface.Watch(ctx, key, opts)
-	if err != nil || !opts.ProgressNotify {
-		return w, err
-	}
-	out := make(chan watch.Event)
+func (c *replayingChanges) Watch(ctx context.Context, rev uint64) source.ChangeStream {
+	inner := c.Changes.Watch(ctx, rev)
+	out := make(chan source.Response)
 	go func() {
 		defer close(out)
 		for {
@@ -111,40 +110,45 @@ func (s *replayingStore) Watch(ctx context.Context, key string, opts storage.Lis
 			if ctx.Err() != nil {
 				return
 			}
-			var evs []watch.Event
+			var r source.Response
 			select {
-			case ev, ok := <-w.ResultChan():
+			case resp, ok := <-inner.Responses():
 				if !ok {
 					return
 				}
-				evs = []watch.Event{ev}
-			case evs = <-s.replay:
+				r = resp
+			case r.Changes = <-c.replay:
 			case <-ctx.Done():
 				return
 			}
-			for _, ev := range evs {
-				select {
-				case out <- ev:
-				case <-ctx.Done():
-					return
-				}
+			select {
+			case out <- r:
+			case <-ctx.Done():
+				return
 			}
 		}
 	}()
-	return watch.NewProxyWatcher(out), nil
+	return &replayingStream{ChangeStream: inner, out: out}
 }
 
-// TestReplayedEventsDropped checks that events etcd delivers again, below
-// the cache's head or at it for a key the cache holds at that revision,
-// change nothing: no watcher receives them, lists and gets still read the
-// newest versions, and the replayed-events counter counts them. Applied,
-// the update's repeat would put the pod's first version back under a
-// newer resourceVersion, the stale list the silent-member scenario once
-// found.
+// replayingStream is one watch of replayingChanges.
+type replayingStream struct {
+	source.ChangeStream
+	out chan source.Response
+}
+
+func (s *replayingStream) Responses() <-chan source.Response { return s.out }
+
+// TestReplayedEventsDropped checks that revisions etcd delivers again, at
+// or before the newest the cache applied, change nothing: no watcher
+// receives them, lists and gets still read the newest versions, and the
+// replayed-events counter counts them. Applied, the update's repeat would
+// put the pod's first version back under a newer resourceVersion, the
+// stale list the silent-member scenario once found.
 func TestReplayedEventsDropped(t *testing.T) {
-	rs := &replayingStore{replay: make(chan []watch.Event)}
+	rs := &replayingChanges{replay: make(chan []source.Change)}
 	c := newTestCacher(t, func(o *setupOptions) {
-		o.wrap = func(s storage.Interface) storage.Interface { rs.Interface = s; return rs }
+		o.changes = func(ch source.Changes) source.Changes { rs.Changes = ch; return rs }
 	})
 	// Ready before the writes: see replayingStore.
 	waitReady(t, c.Cacher)
@@ -169,8 +173,12 @@ func TestReplayedEventsDropped(t *testing.T) {
 	before := replayed()
 
 	// The creation, below the head, and the update, at it.
+	change := func(p *example.Pod) source.Change {
+		rv, _ := c.cfg.Versioner.ParseResourceVersion(p.ResourceVersion)
+		return source.Change{Key: "/pods/ns/a", Rev: rv, Object: p.DeepCopy()}
+	}
 	select {
-	case rs.replay <- []watch.Event{{Type: watch.Added, Object: v1.DeepCopy()}, {Type: watch.Modified, Object: v2.DeepCopy()}}:
+	case rs.replay <- []source.Change{change(v1), change(v2)}:
 	case <-time.After(wait.ForeverTestTimeout):
 		t.Fatal("the cache's etcd watch never took the replay")
 	}

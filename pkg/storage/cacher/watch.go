@@ -61,7 +61,9 @@ func (c *Cacher) Watch(ctx context.Context, key string, opts storage.ListOptions
 	default:
 		// Resuming from rv: right after a start, the history before the
 		// first list may still be filling in.
-		c.src.WaitForBackfill(ctx, rv)
+		if err := c.src.WaitForBackfill(ctx, rv); err != nil {
+			return nil, err
+		}
 	}
 	// Priority and fairness counts a watch as executing until it is set up:
 	// with initial events, until they are sent, as upstream's cache tells

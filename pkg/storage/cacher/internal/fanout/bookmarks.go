@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 )
 
 // BookmarkTick is how often due bookmarks go out.
@@ -74,7 +76,7 @@ func (d *Dispatcher) SendBookmarks(now time.Time) {
 			case w.state == synced && head <= w.sent && !w.endsBy(now.Add(BookmarkTick+bookmarkBeforeDeadline)):
 				d.scheduleBookmarkLocked(w, now)
 				continue
-			case w.state == synced && head >= w.cursor:
+			case w.state == synced && head >= w.pos.RV:
 				select {
 				case w.ch <- watch.Event{Type: watch.Bookmark, Object: d.sharedBookmarkLocked(head)}:
 					w.sent = head
@@ -129,7 +131,7 @@ func (d *Dispatcher) beginShutdown() []*Watcher {
 	// A synced watcher has had everything up to the head.
 	_, head := d.log.Bounds()
 	for _, w := range full {
-		d.parkLocked(w, head)
+		d.parkLocked(w, history.At(head))
 	}
 	return owed
 }
@@ -153,7 +155,7 @@ func (d *Dispatcher) bookmarkNowLocked(w *Watcher) bool {
 	if !w.bookmarks || w.state != synced {
 		return false
 	}
-	rv := max(head, w.cursor)
+	rv := max(head, w.pos.RV)
 	select {
 	case w.ch <- watch.Event{Type: watch.Bookmark, Object: d.sharedBookmarkLocked(rv)}:
 		w.sent = rv

@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
@@ -18,9 +19,15 @@ import (
 // log per lock acquisition.
 const catchUpBatch = 256
 
-func (d *Dispatcher) parkLocked(w *Watcher, cursor uint64) {
+// parkLocked moves a synced watcher to catching up from pos, or from where
+// it was if that is later (a watch from a resourceVersion ahead of the
+// cache).
+func (d *Dispatcher) parkLocked(w *Watcher, pos history.Pos) {
 	d.synced.remove(w)
-	w.cursor = max(w.cursor, cursor)
+	w.missed = -1
+	if w.pos.Before(pos) {
+		w.pos = pos
+	}
 	d.startCatchUpLocked(w, nil)
 }
 
@@ -45,41 +52,42 @@ func (d *Dispatcher) catchUp(w *Watcher, init *initialEvents) {
 	}
 	replayed := 0
 	for {
-		events, ok := d.log.After(w.cursor, catchUpBatch)
+		events, next, ok := d.log.After(w.pos, catchUpBatch)
 		if !ok {
 			since, _ := d.log.Bounds()
-			w.send(tooOld(w.cursor, since))
+			w.send(tooOld(w.pos.RV, since))
 			d.metrics.Terminated.Inc()
 			d.endCatchUp(w)
 			return
 		}
 		replayed += len(events)
 		for _, e := range events {
-			if w.covers(e.Key) {
-				if ev, ok := e.forWatcher(w.filter, d.versioner, d.pres, nil); ok {
-					built := time.Now()
-					if !w.send(ev) {
-						d.endCatchUp(w)
-						return
-					}
-					w.sent = e.Rev
-					d.observeDelivered(e, 1, built)
-				}
+			if !w.covers(e.Key) {
+				continue
 			}
-			w.cursor = e.Rev
+			if ev, ok := e.forWatcher(w.filter, d.versioner, d.pres, nil); ok {
+				built := time.Now()
+				if !w.send(ev) {
+					d.endCatchUp(w)
+					return
+				}
+				w.sent = e.Rev
+				d.observeDelivered(e, 1, built)
+			}
 		}
+		w.pos = next
 		if len(events) == catchUpBatch {
 			continue
 		}
 		if d.owesShutdownBookmark(w) {
-			// At its cursor: everything up to it was delivered. Sent here,
+			// At its position: everything up to it was delivered. Sent here,
 			// where the send can wait for room, not by trySync, which holds
 			// the dispatcher's lock.
-			if !w.send(watch.Event{Type: watch.Bookmark, Object: d.BookmarkObject(w.cursor, false)}) {
+			if !w.send(watch.Event{Type: watch.Bookmark, Object: d.BookmarkObject(w.pos.RV, false)}) {
 				d.endCatchUp(w)
 				return
 			}
-			w.sent = w.cursor
+			w.sent = w.pos.RV
 			w.shutdownBookmarked.Store(true)
 		}
 		if d.trySync(w) {
@@ -137,7 +145,7 @@ func (d *Dispatcher) trySync(w *Watcher) bool {
 	// Appends happen under mu, so no event can arrive between this check
 	// and the move. A watcher that fell off the log goes round once more
 	// and gets its 410 there.
-	if events, ok := d.log.After(w.cursor, 1); !ok || len(events) > 0 {
+	if events, _, ok := d.log.After(w.pos, 1); !ok || len(events) > 0 {
 		return false
 	}
 	if d.shuttingDown && w.bookmarks && !w.shutdownBookmarked.Load() {

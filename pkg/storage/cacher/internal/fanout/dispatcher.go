@@ -12,7 +12,9 @@ import (
 	upstream "k8s.io/apiserver/pkg/storage/cacher/metrics"
 	"k8s.io/utils/clock"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
@@ -68,8 +70,9 @@ type Dispatcher struct {
 	parkBuf []*Watcher
 	// delivered counts fanOutLocked's sends to synced watchers for one event.
 	delivered int
-	// shuttingDown is set by beginShutdown.
+	// shuttingDown is set by beginShutdown, and closed by Close.
 	shuttingDown bool
+	closed       bool
 	// evictedReported is how many of the log's budget evictions the
 	// metrics have counted.
 	evictedReported uint64
@@ -111,43 +114,60 @@ func NewDispatcher(cfg Config) *Dispatcher {
 	}
 }
 
-// Close ends every watcher, with no error event, as when the cache stops.
+// Close ends every watcher, with no error event, as when the cache stops,
+// and refuses those that register after.
 func (d *Dispatcher) Close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.closed = true
 	d.endAllLocked(nil)
 }
 
-// Process applies an event to the store and the log and offers it to the
-// synced watchers the index finds for it.
-func (d *Dispatcher) Process(e *Event) {
+// Process applies one revision's events, in etcd's order, to the store
+// and the log at once, and offers each to the synced watchers the index
+// finds for it. A watcher whose channel fills inside the revision gets
+// nothing more of it here: it is parked at the event it missed, and its
+// catch-up sends the rest in order.
+func (d *Dispatcher) Process(rev ...*Event) {
+	if len(rev) == 0 {
+		return
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	_, prevHead := d.log.Bounds()
-	d.store.Apply(e)
-	d.log.Append(e)
+	d.store.Apply(rev...)
+	d.log.Append(rev...)
 	// Snapshots live as long as the events after them.
 	since, _ := d.log.Bounds()
 	d.store.Prune(since)
-	m := d.pres.eventFields(e)
-	for _, set := range d.synced.lookup(e) {
-		d.fanOutLocked(set.ws, e, m)
+	for i, e := range rev {
+		if inject.On(inject.DropLastOfRevision) && len(rev) > 1 && i == len(rev)-1 {
+			continue
+		}
+		m := d.pres.eventFields(e)
+		for _, set := range d.synced.lookup(e) {
+			d.fanOutLocked(set.ws, e, m, i)
+		}
+		d.observeDelivered(e, d.delivered, time.Time{})
+		d.delivered = 0
+		d.metrics.Dispatched.Inc()
 	}
-	d.observeDelivered(e, d.delivered, time.Time{})
-	d.delivered = 0
+	// Every event before the revision was delivered or filtered out, and
+	// its first missed ones.
+	before := rev[0].Rev - 1
 	for _, w := range d.parkBuf {
-		d.parkLocked(w, prevHead)
+		d.parkLocked(w, history.Pos{RV: before, N: w.missed})
 		d.metrics.Parked.Inc()
 	}
-	d.metrics.Dispatched.Inc()
 	clear(d.parkBuf)
 	d.parkBuf = d.parkBuf[:0]
 	d.notifyHeadLocked()
 }
 
-func (d *Dispatcher) fanOutLocked(list []*Watcher, e *Event, m *eventFields) {
+// fanOutLocked offers e, the i-th event of its revision, to the synced
+// watchers of list it may match.
+func (d *Dispatcher) fanOutLocked(list []*Watcher, e *Event, m *eventFields, i int) {
 	for _, w := range list {
-		if e.Rev <= w.cursor || !w.covers(e.Key) {
+		if w.missed >= 0 || e.Rev <= w.pos.RV || !w.covers(e.Key) {
 			continue
 		}
 		ev, ok := e.forWatcher(w.filter, d.versioner, d.pres, m)
@@ -159,6 +179,7 @@ func (d *Dispatcher) fanOutLocked(list []*Watcher, e *Event, m *eventFields) {
 			w.sent = e.Rev
 			d.delivered++
 		default:
+			w.missed = i
 			d.parkBuf = append(d.parkBuf, w)
 		}
 	}
@@ -201,11 +222,12 @@ func (d *Dispatcher) Progress(rv uint64) {
 
 // Compacted drops history that etcd has compacted away, so that the cache
 // answers a watch or an exact list from before rev with 410, as etcd would.
-// etcd3's compactor keeps at least one compaction interval (5 minutes by
-// default) of history, far more than the log's window, so in practice this
-// only matters after an explicit compaction.
+// etcd keeps revision rev itself: it still serves a watch from rev-1. etcd3's
+// compactor keeps at least one compaction interval (5 minutes by default)
+// of history, far more than the log's window, so in practice this only
+// matters after an explicit compaction.
 func (d *Dispatcher) Compacted(rev int64) {
-	if rev <= 0 {
+	if rev <= 1 {
 		return
 	}
 	d.mu.Lock()
@@ -213,7 +235,7 @@ func (d *Dispatcher) Compacted(rev int64) {
 	since, head := d.log.Bounds()
 	// Events up to a compaction the cache has not reached yet still arrive
 	// on its established etcd watch; drop only what it already holds.
-	upTo := min(uint64(rev), head)
+	upTo := min(uint64(rev)-1, head)
 	if upTo <= since {
 		return
 	}
@@ -327,6 +349,13 @@ func (d *Dispatcher) Register(w *Watcher, start Start) (watch.Interface, error) 
 		// Stopped before it started, by its context.
 		return w, nil
 	}
+	if d.closed {
+		// A watch that passed the cache's readiness as it stopped: nothing
+		// would ever end it here.
+		w.state = stopped
+		close(w.ch)
+		return nil, apierrors.NewServiceUnavailable("the watch cache is stopped")
+	}
 	since, head := d.log.Bounds()
 	if w.bookmarks {
 		d.scheduleBookmarkLocked(w, d.clock.Now())
@@ -334,7 +363,7 @@ func (d *Dispatcher) Register(w *Watcher, start Start) (watch.Interface, error) 
 	switch {
 	case start.Initial:
 		snap := d.store.Latest()
-		w.cursor = snap.RV
+		w.pos = history.At(snap.RV)
 		init := &initialEvents{snap: snap, endBookmark: start.EndBookmark}
 		if w.place.kind == byTrigger {
 			// Under d.mu the store's indexes hold snap's state. An agent's
@@ -344,7 +373,7 @@ func (d *Dispatcher) Register(w *Watcher, start Start) (watch.Interface, error) 
 		w.sizeFor(init)
 		d.startCatchUpLocked(w, init)
 	case start.AtHead:
-		w.cursor = head
+		w.pos = history.At(head)
 		d.addLocked(w)
 	case start.From < since:
 		w.state = stopped
@@ -352,10 +381,10 @@ func (d *Dispatcher) Register(w *Watcher, start Start) (watch.Interface, error) 
 		return newErrWatcher(tooOld(start.From, since)), nil
 	case start.From >= head:
 		// Up to date, or a future resourceVersion: events up to it are skipped.
-		w.cursor, w.sent = start.From, start.From
+		w.pos, w.sent = history.At(start.From), start.From
 		d.addLocked(w)
 	default:
-		w.cursor, w.sent = start.From, start.From
+		w.pos, w.sent = history.At(start.From), start.From
 		d.startCatchUpLocked(w, nil)
 	}
 	if d.shuttingDown {

@@ -33,9 +33,14 @@ type testDispatcher struct {
 }
 
 func newTestDispatcher(logMax int) *testDispatcher {
+	return newTestDispatcherWindow(logMax, time.Minute)
+}
+
+// newTestDispatcherWindow is newTestDispatcher with a history window.
+func newTestDispatcherWindow(logMax int, window time.Duration) *testDispatcher {
 	clk := testingclock.NewFakeClock(time.Unix(10_000, 0))
 	s := store.New[*Event](nil)
-	l := history.New[*Event](history.Config{Window: time.Minute, MinSize: 4, MaxSize: logMax})
+	l := history.New[*Event](history.Config{Window: window, MinSize: 4, MaxSize: logMax})
 	d := NewDispatcher(Config{Store: s, Log: l, Presenter: NewPresenter("spec.nodeName", objecttest.Pods.Codec(), nil),
 		Versioner: storage.APIObjectVersioner{}, NewFunc: func() runtime.Object { return &example.Pod{} }, Clock: clk,
 		BookmarkFrequency: time.Minute, Metrics: newTestMetrics()})
@@ -408,19 +413,26 @@ func TestCompactedDropsHistory(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		d.put(fmt.Sprintf("p%d", i), nil, "") // rv 2..6
 	}
+	// etcd compacted at 4 keeps 4: it serves a watch from 3, not from 2.
 	d.Compacted(4)
-	if since, _ := d.log.Bounds(); since != 4 {
-		t.Fatalf("after compaction at 4 the log starts at %d", since)
+	if since, _ := d.log.Bounds(); since != 3 {
+		t.Fatalf("after compaction at 4 the log starts at %d, want 3", since)
+	}
+	from3 := mustWatcher(t, d.Dispatcher, "/pods/", true, storage.Everything, 4)
+	wi, _ := d.Register(from3, Start{From: 3})
+	if got := objecttest.Receive(t, wi, 1); got[0].Type != watch.Added || got[0].RV != "4" {
+		t.Fatalf("watch from 3 after compaction at 4: got %v, want the event at 4", got)
+	}
+	from3.Stop()
+	w := mustWatcher(t, d.Dispatcher, "/pods/", true, storage.Everything, 4)
+	wi, _ = d.Register(w, Start{From: 2})
+	if e, _ := testkit.Recv(t, wi.ResultChan(), "the 410"); e.Type != watch.Error {
+		t.Fatalf("watch from before the compaction: got %s, want a 410 error", e.Type)
 	}
 	// A compaction past the head drops only what the cache holds.
 	d.Compacted(100)
 	if since, head := d.log.Bounds(); since != head || head != 6 {
 		t.Fatalf("after compaction past the head: since=%d head=%d, want 6 6", since, head)
-	}
-	w := mustWatcher(t, d.Dispatcher, "/pods/", true, storage.Everything, 4)
-	wi, _ := d.Register(w, Start{From: 3})
-	if e, _ := testkit.Recv(t, wi.ResultChan(), "the 410"); e.Type != watch.Error {
-		t.Fatalf("watch from before the compaction: got %s, want a 410 error", e.Type)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
@@ -72,13 +73,18 @@ type Watcher struct {
 	// bookmark (see Shutdown); Begin reads it from its own goroutine.
 	shutdownBookmarked atomic.Bool
 
-	// The fields below are guarded by dispatcher.mu, except that cursor is
+	// The fields below are guarded by dispatcher.mu, except that pos is
 	// owned by the catch-up goroutine while the state is catchingUp.
 
 	state watcherState
-	// cursor is the resourceVersion the watcher has passed: every event up
-	// to it was delivered or filtered out.
-	cursor uint64
+	// pos is where the watcher is in the history: every event before it
+	// was delivered or filtered out. It is after a whole revision but while
+	// a catch-up is inside one.
+	pos history.Pos
+	// missed is, while the dispatcher offers a revision, the index in it of
+	// the first event the watcher's full channel refused: it gets nothing
+	// more of the revision from the dispatcher. -1 otherwise.
+	missed int
 	// sent is the newest resourceVersion the client holds: the last event or
 	// bookmark it was sent, or the resourceVersion it watched from. A
 	// periodic bookmark at sent would tell it nothing, and is not sent.
@@ -127,8 +133,8 @@ func NewWatcher(d *Dispatcher, key string, recursive bool, pred storage.Selectio
 		return nil, err
 	}
 	return &Watcher{d: d, key: key, recursive: recursive, filter: f, bookmarks: pred.AllowWatchBookmarks,
-		place: placeFor(key, recursive, f, d.pres.trigger),
-		ch:    make(chan watch.Event, buffer), done: make(chan struct{})}, nil
+		place: placeFor(key, recursive, f, d.pres.trigger), missed: -1,
+		ch: make(chan watch.Event, buffer), done: make(chan struct{})}, nil
 }
 
 // initialBuffer is the channel size of a watcher with that many initial

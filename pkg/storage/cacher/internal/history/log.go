@@ -7,6 +7,8 @@ package history
 import (
 	"sync"
 	"time"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 )
 
 // Entry is what the log needs of an event.
@@ -32,6 +34,12 @@ type Config struct {
 // Log is the shared history of recent events: a ring buffer that every
 // watcher reads through its own cursor. It is complete from resourceVersion
 // since: every event after since up to head is in it.
+//
+// It holds whole revisions. etcd gives one revision to every key a
+// transaction or a lease revocation changes, so a revision can have many
+// events: they are appended together and leave together, and a reader
+// (After) never sees part of one. A position inside a revision (Pos) is
+// what a watcher parked in the middle of one resumes from.
 //
 // Capacity adapts. When the ring is full and its oldest event is still
 // inside the history window, the ring doubles, up to maxSize. When it is
@@ -122,6 +130,11 @@ func (l *Log[E]) Prepend(events []E, from, upTo, generation uint64) bool {
 			}
 		}
 	}
+	// Whole revisions only: the rest of a revision whose first events do
+	// not fit goes too.
+	for drop > 0 && drop < len(events) && events[drop].RV() == events[drop-1].RV() {
+		drop++
+	}
 	ring := make([]E, size)
 	n := 0
 	since := from
@@ -142,67 +155,94 @@ func (l *Log[E]) Prepend(events []E, from, upTo, generation uint64) bool {
 	return true
 }
 
-// Append adds an event, which must be newer than head.
-func (l *Log[E]) Append(e E) {
+// Append adds one revision's events, in etcd's order, all at once: no
+// reader sees part of them. Their revision must be newer than every event's
+// in the log. It may be at or below head, which a progress notification
+// moves: the caller decides what such an event means.
+func (l *Log[E]) Append(rev ...E) {
+	if len(rev) == 0 {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.n == len(l.ring) {
-		l.makeRoomLocked(e.Recorded())
+	last := rev[len(rev)-1]
+	for l.n+len(rev) > len(l.ring) {
+		l.makeRoomLocked(last.Recorded(), len(rev))
 	}
-	l.ring[(l.start+l.n)%len(l.ring)] = e
-	l.n++
-	l.head = e.RV()
-	l.bytes += e.Size()
-	for l.budget > 0 && l.bytes > l.budget && l.n > 1 {
-		if e.Recorded().Sub(l.ring[l.start].Recorded()) < l.window {
-			l.evicted++
+	for _, e := range rev {
+		l.ring[(l.start+l.n)%len(l.ring)] = e
+		l.n++
+		l.bytes += e.Size()
+	}
+	l.head = max(l.head, last.RV())
+	// The revision just appended stays, whatever its size.
+	for l.budget > 0 && l.bytes > l.budget && l.n > len(rev) {
+		inWindow := last.Recorded().Sub(l.ring[l.start].Recorded()) < l.window
+		if n := l.dropOldestLocked(); inWindow {
+			l.evicted += uint64(n)
 		}
-		l.dropOldestLocked()
 	}
 }
 
 // Advance moves head to rv on a progress notification, without an event.
+// It leaves since alone: the log stays complete from since, so that every
+// resourceVersion a client was handed in between stays watchable. Moving
+// since up to rv when the log was empty made a watch from a list's
+// resourceVersion get 410 once an idle resource heard a progress
+// notification (issue 56).
 func (l *Log[E]) Advance(rv uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if rv > l.head {
-		l.head = rv
-		if l.n == 0 {
-			// Nothing happened between since and rv, so the log is complete from rv.
-			l.since = rv
-		}
+	if inject.On(inject.FloorOnProgress) && l.n == 0 && rv > l.since {
+		l.since = rv
 	}
+	l.head = max(l.head, rv)
 }
 
-func (l *Log[E]) makeRoomLocked(now time.Time) {
+// makeRoomLocked makes room for more of a revision of size events in a
+// ring too full for them: it grows the ring, shrinks it once most of it is
+// outside the window, or drops the oldest revision.
+func (l *Log[E]) makeRoomLocked(now time.Time, size int) {
+	if l.n == 0 {
+		// A revision larger than the ring at its largest: the ring grows
+		// past maxSize rather than hold part of it.
+		l.resizeLocked(max(size, 2*len(l.ring)), 0)
+		return
+	}
 	oldest := l.ring[l.start]
 	inWindow := now.Sub(oldest.Recorded()) < l.window
 	switch {
 	case inWindow && len(l.ring) < l.maxSize:
-		l.resizeLocked(min(2*len(l.ring), l.maxSize))
+		l.resizeLocked(min(2*len(l.ring), l.maxSize), 0)
 	case !inWindow && len(l.ring) > l.minSize && l.fewInWindowLocked(now):
-		l.dropOldestLocked()
-		l.resizeLocked(max(len(l.ring)/2, l.minSize))
+		l.resizeLocked(max(len(l.ring)/2, l.minSize), size)
 	default:
 		l.dropOldestLocked()
 	}
 }
 
-func (l *Log[E]) dropOldestLocked() {
+// dropOldestLocked drops the oldest revision, every event of it, and
+// returns how many events that was.
+func (l *Log[E]) dropOldestLocked() int {
 	l.trimmed = true
-	oldest := l.ring[l.start]
+	rv := l.ring[l.start].RV()
+	n := 0
 	var zero E
-	l.ring[l.start] = zero
-	l.start = (l.start + 1) % len(l.ring)
-	l.n--
-	l.since = oldest.RV()
-	l.bytes -= oldest.Size()
+	for l.n > 0 && l.ring[l.start].RV() == rv {
+		l.bytes -= l.ring[l.start].Size()
+		l.ring[l.start] = zero
+		l.start = (l.start + 1) % len(l.ring)
+		l.n--
+		n++
+	}
+	l.since = rv
+	return n
 }
 
-// resizeLocked moves the events into a ring of the given size, dropping the
-// oldest ones that do not fit.
-func (l *Log[E]) resizeLocked(size int) {
-	for l.n > size {
+// resizeLocked moves the events into a ring of the given size, dropping
+// the oldest revisions until room more events fit beside them.
+func (l *Log[E]) resizeLocked(size, room int) {
+	for l.n > 0 && l.n+room > size {
 		l.dropOldestLocked()
 	}
 	ring := make([]E, size)
@@ -229,21 +269,50 @@ func (l *Log[E]) fewInWindowLocked(now time.Time) bool {
 	return now.Sub(l.ring[(l.start+l.n-q)%len(l.ring)].Recorded()) >= l.window
 }
 
-// After returns up to limit events with resourceVersion greater than rv, in
-// order. ok is false when rv is older than the log: events after it were
-// dropped, so a watcher at rv cannot be served.
-func (l *Log[E]) After(rv uint64, limit int) (events []E, ok bool) {
+// Pos is a place in the log: after every event up to resourceVersion RV,
+// and after the first N events of the revision that follows. N is 0 but
+// for a reader that stopped inside a revision.
+type Pos struct {
+	RV uint64
+	N  int
+}
+
+// At is the place after every event up to rv.
+func At(rv uint64) Pos { return Pos{RV: rv} }
+
+// Before reports whether p is before o.
+func (p Pos) Before(o Pos) bool { return p.RV < o.RV || (p.RV == o.RV && p.N < o.N) }
+
+// After returns up to limit events after p, in order, and the place after
+// them. A batch that ends inside a revision leaves next inside it; one that
+// reaches the newest event leaves next after its whole revision, since a
+// revision is appended at once. ok is false when p is older than the log:
+// events after it were dropped, so a watcher at p cannot be served.
+func (l *Log[E]) After(p Pos, limit int) (events []E, next Pos, ok bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	if rv < l.since {
-		return nil, false
+	if p.RV < l.since {
+		return nil, p, false
 	}
-	i := l.searchLocked(rv)
+	i := min(l.searchLocked(p.RV)+p.N, l.n)
 	for ; i < l.n && len(events) < limit; i++ {
-		events = append(events, l.ring[(l.start+i)%len(l.ring)])
+		events = append(events, l.at(i))
 	}
-	return events, true
+	if len(events) == 0 {
+		return nil, p, true
+	}
+	rv := events[len(events)-1].RV()
+	if i == l.n || l.at(i).RV() != rv {
+		return events, At(rv), true
+	}
+	// Inside revision rv: after the events of it up to i. Revisions are
+	// whole in the log, so its first event is in it.
+	first := l.searchLocked(rv - 1)
+	return events, Pos{RV: rv - 1, N: i - first}, true
 }
+
+// at returns the i-th oldest event.
+func (l *Log[E]) at(i int) E { return l.ring[(l.start+i)%len(l.ring)] }
 
 // Between returns the events with resourceVersions in (rv, upTo], in
 // order; ok is false when the log no longer holds all of them.

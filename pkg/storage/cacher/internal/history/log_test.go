@@ -94,7 +94,7 @@ func TestLog(t *testing.T) {
 			for i, off := range tc.appends {
 				l.Append(ev(uint64(i+11), start.Add(off)))
 			}
-			events, ok := l.After(tc.since, 100)
+			events, _, ok := l.After(At(tc.since), 100)
 			if ok != tc.wantOK {
 				t.Fatalf("after(%d) ok = %v, want %v", tc.since, ok, tc.wantOK)
 			}
@@ -115,25 +115,30 @@ func TestLogAfterLimitAndProgress(t *testing.T) {
 	l := newLog(time.Minute, 4, 4, 0)
 	l.Reset(5)
 	l.Advance(9)
-	if since, head := l.Bounds(); since != 9 || head != 9 {
-		t.Fatalf("progress on an empty log: since=%d head=%d, want 9 9", since, head)
+	// Progress moves the head and leaves the floor: a watch from 5, a
+	// list's resourceVersion, must still be served (issue 56).
+	if since, head := l.Bounds(); since != 5 || head != 9 {
+		t.Fatalf("progress on an empty log: since=%d head=%d, want 5 9", since, head)
+	}
+	if events, _, ok := l.After(At(5), 10); !ok || len(events) != 0 {
+		t.Fatalf("after(5) on an empty log past progress: %v %v, want nothing and ok", rvs(events), ok)
 	}
 	now := time.Now()
 	for rv := uint64(10); rv <= 12; rv++ {
 		l.Append(ev(rv, now))
 	}
 	l.Advance(20)
-	if since, head := l.Bounds(); since != 9 || head != 20 {
-		t.Fatalf("progress with events: since=%d head=%d, want 9 20", since, head)
+	if since, head := l.Bounds(); since != 5 || head != 20 {
+		t.Fatalf("progress with events: since=%d head=%d, want 5 20", since, head)
 	}
-	if got, _ := l.After(9, 2); !slices.Equal(rvs(got), []uint64{10, 11}) {
-		t.Fatalf("after with limit 2 = %v", rvs(got))
+	if got, next, _ := l.After(At(9), 2); !slices.Equal(rvs(got), []uint64{10, 11}) || next != At(11) {
+		t.Fatalf("after with limit 2 = %v, next %v", rvs(got), next)
 	}
 	l.DropUpTo(11)
-	if got, ok := l.After(11, 10); !ok || !slices.Equal(rvs(got), []uint64{12}) {
+	if got, _, ok := l.After(At(11), 10); !ok || !slices.Equal(rvs(got), []uint64{12}) {
 		t.Fatalf("after dropUpTo(11): %v %v", rvs(got), ok)
 	}
-	if _, ok := l.After(10, 10); ok {
+	if _, _, ok := l.After(At(10), 10); ok {
 		t.Fatal("a cursor before dropped events must be too old")
 	}
 }
@@ -173,7 +178,7 @@ func TestLogBudget(t *testing.T) {
 				l.Append(sized(uint64(11+i), start.Add(time.Duration(i)*interval), size))
 			}
 			since, _ := l.Bounds()
-			events, ok := l.After(since, 100)
+			events, _, ok := l.After(At(since), 100)
 			if !ok || !slices.Equal(rvs(events), tc.wantEvents) {
 				t.Fatalf("events %v (ok %v), want %v", rvs(events), ok, tc.wantEvents)
 			}
@@ -182,7 +187,7 @@ func TestLogBudget(t *testing.T) {
 			}
 			// A watcher from before what the budget removed is too old.
 			if len(tc.wantEvents) < len(tc.sizes) {
-				if _, ok := l.After(10, 100); ok {
+				if _, _, ok := l.After(At(10), 100); ok {
 					t.Error("a cursor before evicted events must be too old")
 				}
 			}
@@ -201,11 +206,124 @@ func TestLogPrependBudget(t *testing.T) {
 		t.Fatal("prepend refused")
 	}
 	since, _ := l.Bounds()
-	events, _ := l.After(since, 100)
+	events, _, _ := l.After(At(since), 100)
 	if since != 11 || !slices.Equal(rvs(events), []uint64{12, 13, 21}) {
 		t.Fatalf("after prepend: since %d, events %v; want since 11, [12 13 21]", since, rvs(events))
 	}
 	if bytes, _ := l.Usage(); bytes != 10000 {
 		t.Errorf("bytes = %d, want 10000", bytes)
+	}
+}
+
+// revision is n events sharing resourceVersion rv, each of size bytes.
+func revision(rv uint64, n int, at time.Time, size int64) []*entry {
+	out := make([]*entry, n)
+	for i := range out {
+		out[i] = &entry{rv: rv, at: at, size: size}
+	}
+	return out
+}
+
+// TestLogRevisions checks that the log keeps revisions whole: a reader
+// stopping inside one resumes inside it, and the log evicts, trims and
+// prepends whole revisions only (issue 56: several events in one etcd
+// revision were lost on live streams).
+func TestLogRevisions(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		name string
+		// minSize and maxSize size the log, budget bounds its bytes.
+		minSize, maxSize int
+		budget           int64
+		// revs are appended in order: rv → events, each of 1,000 bytes.
+		revs []struct {
+			rv uint64
+			n  int
+		}
+		// from and limit are After's arguments.
+		from  Pos
+		limit int
+		// want is what After returns: resourceVersions, next, ok.
+		want     []uint64
+		wantNext Pos
+		wantOK   bool
+		// wantSince is the log's floor, wantLen how many events it holds.
+		wantSince uint64
+		wantLen   int
+	}{
+		{name: "a batch that ends inside a revision stops inside it", minSize: 8, maxSize: 8,
+			revs: revs(11, 3, 12, 3), from: At(10), limit: 4,
+			want: []uint64{11, 11, 11, 12}, wantNext: Pos{RV: 11, N: 1}, wantOK: true, wantSince: 10, wantLen: 6},
+		{name: "a reader inside a revision resumes after what it had", minSize: 8, maxSize: 8,
+			revs: revs(11, 3, 12, 3), from: Pos{RV: 11, N: 1}, limit: 10,
+			want: []uint64{12, 12}, wantNext: At(12), wantOK: true, wantSince: 10, wantLen: 6},
+		{name: "a reader at the start of a revision", minSize: 8, maxSize: 8,
+			revs: revs(11, 3, 12, 3), from: Pos{RV: 10, N: 2}, limit: 1,
+			want: []uint64{11}, wantNext: At(11), wantOK: true, wantSince: 10, wantLen: 6},
+		{name: "a full ring drops the oldest revision whole", minSize: 4, maxSize: 4,
+			revs: revs(11, 3, 12, 2), from: At(11), limit: 10,
+			want: []uint64{12, 12}, wantNext: At(12), wantOK: true, wantSince: 11, wantLen: 2},
+		{name: "a reader inside a dropped revision is too old", minSize: 4, maxSize: 4,
+			revs: revs(11, 3, 12, 2), from: Pos{RV: 10, N: 1}, limit: 10, wantNext: Pos{RV: 10, N: 1}, wantSince: 11, wantLen: 2},
+		{name: "a revision larger than the ring grows it", minSize: 2, maxSize: 2,
+			revs: revs(11, 1, 12, 5), from: At(11), limit: 10,
+			want: []uint64{12, 12, 12, 12, 12}, wantNext: At(12), wantOK: true, wantSince: 11, wantLen: 5},
+		{name: "the budget evicts whole revisions", minSize: 8, maxSize: 8, budget: 4000,
+			revs: revs(11, 2, 12, 2, 13, 1), from: At(11), limit: 10,
+			want: []uint64{12, 12, 13}, wantNext: At(13), wantOK: true, wantSince: 11, wantLen: 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLog(time.Minute, tc.minSize, tc.maxSize, tc.budget)
+			l.Reset(10)
+			for _, r := range tc.revs {
+				l.Append(revision(r.rv, r.n, now, 1000)...)
+			}
+			got, next, ok := l.After(tc.from, tc.limit)
+			if !slices.Equal(rvs(got), tc.want) || next != tc.wantNext || ok != tc.wantOK {
+				t.Errorf("After(%v, %d) = %v, %v, %v; want %v, %v, %v", tc.from, tc.limit, rvs(got), next, ok, tc.want, tc.wantNext, tc.wantOK)
+			}
+			if since, _ := l.Bounds(); since != tc.wantSince || l.Len() != tc.wantLen {
+				t.Errorf("since = %d, %d events; want %d, %d", since, l.Len(), tc.wantSince, tc.wantLen)
+			}
+		})
+	}
+}
+
+// revs makes TestLogRevisions' revisions from rv, n pairs.
+func revs(pairs ...int) []struct {
+	rv uint64
+	n  int
+} {
+	var out []struct {
+		rv uint64
+		n  int
+	}
+	for i := 0; i+1 < len(pairs); i += 2 {
+		out = append(out, struct {
+			rv uint64
+			n  int
+		}{uint64(pairs[i]), pairs[i+1]})
+	}
+	return out
+}
+
+// TestLogPrependWholeRevisions checks that a backfill too large for the
+// log keeps whole revisions: the rest of a revision whose first events do
+// not fit goes too, and the floor is that revision.
+func TestLogPrependWholeRevisions(t *testing.T) {
+	now := time.Now()
+	l := newLog(time.Minute, 4, 4, 0)
+	l.Reset(20)
+	generation := l.Resets()
+	l.Append(revision(21, 1, now, 1)...)
+	older := append(revision(11, 1, now, 1), append(revision(12, 3, now, 1), revision(13, 1, now, 1)...)...)
+	if !l.Prepend(older, 10, 20, generation) {
+		t.Fatal("prepend refused")
+	}
+	since, _ := l.Bounds()
+	events, _, _ := l.After(At(since), 100)
+	if since != 12 || !slices.Equal(rvs(events), []uint64{13, 21}) {
+		t.Fatalf("after prepend: since %d, events %v; want since 12, [13 21]", since, rvs(events))
 	}
 }

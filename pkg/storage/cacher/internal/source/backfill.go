@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,10 +43,18 @@ type backfill struct {
 	to uint64
 	// done is closed when the backfill has finished, filled or not.
 	done chan struct{}
+	// abandoned is set, before done closes, when the backfill ended with
+	// its context: the cache stopped or lists again.
+	abandoned atomic.Bool
 }
 
 // errBackfilled ends the backfill's watch once it has reached its end.
 var errBackfilled = errors.New("backfilled")
+
+// backfillAttempts bounds the attempts of a backfill that etcd's
+// compaction overtook between finding the oldest revision it serves and
+// replaying from there: each finds a newer one.
+const backfillAttempts = 3
 
 // startBackfill fills the history before to, where the log now starts,
 // unless the log is reset or ctx ends first.
@@ -58,43 +67,72 @@ func (s *Source) startBackfill(ctx context.Context, to uint64) {
 	s.backfill.Store(bf)
 	go func() {
 		defer close(bf.done)
-		from, err := s.warmStartFrom(ctx, to)
-		if err != nil || from == 0 {
-			if err != nil && ctx.Err() == nil {
-				klog.ErrorS(err, "Watch cache could not fill its history from etcd", "resource", s.cfg.GroupResource)
+		var err error
+		for range backfillAttempts {
+			if err = s.fill(ctx, to, generation); !errors.Is(err, errOvertaken) {
+				break
 			}
-			return
 		}
-		events, err := s.replay(ctx, from, to)
-		if err == nil && !s.cfg.Sink.PrependHistory(events, from, to, generation) {
-			err = fmt.Errorf("the log moved on during the backfill")
+		switch {
+		case ctx.Err() != nil:
+			bf.abandoned.Store(true)
+		case err != nil:
+			klog.ErrorS(err, "Watch cache could not fill its history from etcd", "resource", s.cfg.GroupResource)
 		}
-		if err != nil {
-			if ctx.Err() == nil {
-				klog.ErrorS(err, "Watch cache could not fill its history from etcd", "resource", s.cfg.GroupResource)
-			}
-			return
-		}
-		klog.V(2).InfoS("Watch cache filled its history from etcd", "resource", s.cfg.GroupResource,
-			"from", from, "to", to, "events", len(events))
 	}()
+}
+
+// errOvertaken is a backfill's when etcd compacted past where it began.
+var errOvertaken = errors.New("etcd compacted past the start of the backfill")
+
+// fill fills the history before to once, from the oldest revision etcd
+// serves within WarmStartRevisions.
+func (s *Source) fill(ctx context.Context, to, generation uint64) error {
+	from, err := s.warmStartFrom(ctx, to)
+	if err != nil || from == 0 {
+		return err
+	}
+	events, err := s.replay(ctx, from, to)
+	if err != nil {
+		return err
+	}
+	if !s.cfg.Sink.PrependHistory(events, from, to, generation) {
+		return fmt.Errorf("the log moved on during the backfill")
+	}
+	klog.V(2).InfoS("Watch cache filled its history from etcd", "resource", s.cfg.GroupResource,
+		"from", from, "to", to, "events", len(events))
+	return nil
+}
+
+// errRestarting is what a watch that waited for a backfill the cache
+// abandoned gets: 429, as while the cache is initializing. The cache, or
+// its replacement, lists again, and the client's retry finds it serving.
+func (s *Source) errRestarting() error {
+	return apierrors.NewTooManyRequests(fmt.Sprintf("the watch cache for %s is restarting; retry shortly", s.cfg.GroupResource), 1)
 }
 
 // WaitForBackfill waits, up to FreshnessTimeout, for a backfill that may
 // cover rv, so that a client resuming from rv right after a start gets
-// the events after it rather than a 410.
-func (s *Source) WaitForBackfill(ctx context.Context, rv uint64) {
+// the events after it rather than a 410. If the cache abandoned the
+// backfill, as it does when it stops or lists again, the history may lack
+// what rv needs though etcd still has it: the watch is told to retry
+// instead of getting a 410.
+func (s *Source) WaitForBackfill(ctx context.Context, rv uint64) error {
 	bf := s.backfill.Load()
 	if bf == nil || rv >= bf.to {
-		return
+		return nil
 	}
 	timer := s.cfg.Clock.NewTimer(s.cfg.FreshnessTimeout)
 	defer timer.Stop()
 	select {
 	case <-bf.done:
+		if bf.abandoned.Load() {
+			return s.errRestarting()
+		}
 	case <-timer.C():
 	case <-ctx.Done():
 	}
+	return nil
 }
 
 // Backfilled returns a channel closed once the latest warm start's backfill
@@ -107,9 +145,12 @@ func (s *Source) Backfilled() <-chan struct{} {
 }
 
 // replay builds the events from from to to: the state at from, then every
-// change after it, each with the object it replaced.
+// revision after it up to to, each event with the object it replaced.
 func (s *Source) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, error) {
 	objs, _, err := s.listAt(ctx, from, true)
+	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		return nil, fmt.Errorf("listing at %d: %w", from, errOvertaken)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -119,52 +160,59 @@ func (s *Source) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 	}
 	var events []*fanout.Event
 	now := s.cfg.Clock.Now().UnixNano()
-	handle := func(ev watch.Event) (End, bool) {
-		ev, _ = UnwrapRecordTime(ev)
-		switch ev.Type {
-		case watch.Bookmark:
-			if rv, err := s.cfg.Versioner.ObjectResourceVersion(ev.Object); err != nil || rv >= to {
+	apply := func(ch Change) error {
+		prev := state[ch.Key]
+		if ch.Deleted && prev == nil {
+			return nil
+		}
+		var o *object.Object
+		if ch.Object != nil {
+			o = s.held(ch.Object)
+		}
+		if o == nil {
+			var err error
+			if o, err = s.object(ch, prev); err != nil {
+				return err
+			}
+		}
+		e := &fanout.Event{Key: ch.Key, Rev: ch.Rev, Cur: o, Prev: prev, Seen: now}
+		switch {
+		case ch.Deleted:
+			e.Type = watch.Deleted
+			delete(state, ch.Key)
+		case prev == nil:
+			e.Type = watch.Added
+			state[ch.Key] = o
+		default:
+			e.Type = watch.Modified
+			state[ch.Key] = o
+		}
+		events = append(events, e)
+		return nil
+	}
+	handle := func(r Response) (End, bool) {
+		if r.End != nil {
+			return *r.End, true
+		}
+		for _, ch := range r.Changes {
+			if ch.Rev > to {
 				return End{Err: errBackfilled}, true
 			}
-		case watch.Added, watch.Modified, watch.Deleted:
-			o := s.held(ev.Object)
-			if o == nil {
-				var err error
-				if o, err = s.cfg.Build.Build(ev.Object); err != nil {
-					return End{Reason: EndUnreadable, Err: err}, true
-				}
+			if err := apply(ch); err != nil {
+				return End{Reason: EndUnreadable, Err: err}, true
 			}
-			if o.RV > to {
-				return End{Err: errBackfilled}, true
-			}
-			prev := state[o.Key]
-			e := &fanout.Event{Key: o.Key, Rev: o.RV, Cur: o, Prev: prev, Seen: now}
-			switch {
-			case ev.Type == watch.Deleted && prev == nil:
-				e = nil
-			case ev.Type == watch.Deleted:
-				e.Type = watch.Deleted
-				delete(state, o.Key)
-			case prev == nil:
-				e.Type = watch.Added
-				state[o.Key] = o
-			default:
-				e.Type = watch.Modified
-				state[o.Key] = o
-			}
-			if e != nil {
-				events = append(events, e)
-			}
-			if o.RV == to {
-				return End{Err: errBackfilled}, true
-			}
-		case watch.Error:
-			return Classify(apierrors.FromObject(ev.Object)), true
+		}
+		// A response holds whole revisions: to's are all in once one is.
+		if n := len(r.Changes); (n > 0 && r.Changes[n-1].Rev >= to) || r.Progress >= to {
+			return End{Err: errBackfilled}, true
 		}
 		return End{}, false
 	}
 	end := s.f.watch(ctx, from, nil, nil, handle, func() {})
-	if !errors.Is(end.Err, errBackfilled) {
+	switch {
+	case end.Reason == EndCompacted:
+		return nil, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, errOvertaken)
+	case !errors.Is(end.Err, errBackfilled):
 		return nil, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, end)
 	}
 	return events, nil

@@ -33,9 +33,9 @@ func TestBackfillSharesHeldObjects(t *testing.T) {
 	if !ok {
 		t.Fatalf("watches opened after %v; want one after 1, the backfill's", reflect.ValueOf(watches).MapKeys())
 	}
-	bf.w.Add(pod("a", 2))
-	bf.w.Add(pod("b", 3))
-	bf.w.Modify(pod("b", 4))
+	bf.w.put(pod("a", 2))
+	bf.w.put(pod("b", 3))
+	bf.w.put(pod("b", 4))
 	events, _ := testkit.Recv(t, h.cache.prepended, "the backfill's events")
 
 	var got []string

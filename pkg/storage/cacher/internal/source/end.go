@@ -1,14 +1,8 @@
 package source
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"time"
-
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Why the cache's etcd watch ended: the reason label of the restart and
@@ -22,7 +16,7 @@ const (
 	// blackholed connection looks like this and may never return an error.
 	EndSilent = "silent"
 	// EndNoLeader: the etcd member the server talks to lost its leader
-	// (the etcd3 store watches with WithRequireLeader).
+	// (the cache watches with WithRequireLeader, as the etcd3 store).
 	EndNoLeader = "no_leader"
 	// EndUnavailable: any other error from etcd's client or server.
 	EndUnavailable = "etcd_unavailable"
@@ -52,32 +46,3 @@ type End struct {
 }
 
 func (e End) Error() string { return fmt.Sprintf("%s: %v", e.Reason, e.Err) }
-
-// Classify decides what an error from the etcd3 store's watch means. The store turns etcd's errors into API statuses:
-// ErrCompacted becomes 410 Expired, a corrupt object's deletion becomes
-// StoreReadError, and everything else, etcd's errors and decode failures
-// alike, becomes InternalError with the original message. etcd's own errors
-// are told apart by their message: etcd's client spells every server error
-// "etcdserver: …" and every transport error "rpc error: code = …".
-func Classify(err error) End {
-	status, ok := err.(apierrors.APIStatus)
-	if !ok {
-		status = apierrors.NewInternalError(err)
-	}
-	s := status.Status()
-	switch {
-	case s.Code == 410 || s.Reason == metav1.StatusReasonExpired || s.Reason == metav1.StatusReasonGone:
-		return End{Reason: EndCompacted, Relist: true, Err: err}
-	case s.Reason == metav1.StatusReasonStoreReadError:
-		return End{Reason: EndUnreadable, Relist: true, Err: err}
-	case strings.Contains(s.Message, rpctypes.ErrNoLeader.Error()):
-		return End{Reason: EndNoLeader, Err: err}
-	case strings.Contains(s.Message, "etcdserver: "), strings.Contains(s.Message, "rpc error: code = "),
-		strings.Contains(s.Message, context.DeadlineExceeded.Error()):
-		return End{Reason: EndUnavailable, Err: err}
-	default:
-		// Most likely an object that does not decode. Re-watching would
-		// meet it again; a list reads the current state instead.
-		return End{Reason: EndUnreadable, Relist: true, Err: err}
-	}
-}

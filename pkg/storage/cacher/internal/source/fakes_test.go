@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/metadata"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -28,10 +27,11 @@ import (
 // The fakes at the source's two boundaries: the etcd3 store it reads, and
 // the cache it fills.
 
-// fakeEtcd is an etcd3 store whose state the test sets and whose watches
-// the test drives: each Watch is handed to the test on watches.
+// fakeEtcd is an etcd3 store whose state the test sets, and etcd's
+// changes, whose watches the test drives: each Watch is handed to the test
+// on watches.
 type fakeEtcd struct {
-	// mu guards pods, rev and at.
+	// mu guards pods, rev, at, streams and progress.
 	mu   sync.Mutex
 	pods []*example.Pod
 	rev  uint64
@@ -41,22 +41,17 @@ type fakeEtcd struct {
 	// watches receives each watch opened, with the resourceVersion it
 	// starts after.
 	watches chan openedWatch
-	// progress holds the stream of each progress request, in order.
-	progress []string
+	// streams counts the watches opened, which number them.
+	streams int
+	// progress holds the watch of each progress request, in order.
+	progress []int
 }
 
 type openedWatch struct {
-	w  *watch.FakeWatcher
+	w  *fakeStream
 	rv string
-	// stream names the gRPC stream etcd's client would put the watch on.
-	stream string
-}
-
-// streamOf is the stream etcd's client puts a watch or a progress request
-// with ctx on: its outgoing metadata.
-func streamOf(ctx context.Context) string {
-	md, _ := metadata.FromOutgoingContext(ctx)
-	return fmt.Sprint(md)
+	// stream numbers the watch, and its gRPC stream.
+	stream int
 }
 
 func newFakeEtcd(rev uint64, pods ...*example.Pod) *fakeEtcd {
@@ -88,24 +83,21 @@ func (e *fakeEtcd) GetList(_ context.Context, _ string, opts storage.ListOptions
 	return nil
 }
 
-func (e *fakeEtcd) Watch(ctx context.Context, _ string, opts storage.ListOptions) (watch.Interface, error) {
-	w := watch.NewFakeWithChanSize(10, false)
-	e.watches <- openedWatch{w: w, rv: opts.ResourceVersion, stream: streamOf(ctx)}
-	return w, nil
+// Watch implements Changes.
+func (e *fakeEtcd) Watch(_ context.Context, rev uint64) ChangeStream {
+	e.mu.Lock()
+	e.streams++
+	s := &fakeStream{etcd: e, id: e.streams, ch: make(chan Response, 10), done: make(chan struct{})}
+	e.mu.Unlock()
+	e.watches <- openedWatch{w: s, rv: strconv.FormatUint(rev, 10), stream: s.id}
+	return s
 }
 
-func (e *fakeEtcd) RequestWatchProgress(ctx context.Context) error {
+// progressRequests returns the watch of each progress request so far.
+func (e *fakeEtcd) progressRequests() []int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.progress = append(e.progress, streamOf(ctx))
-	return nil
-}
-
-// progressRequests returns the stream of each progress request so far.
-func (e *fakeEtcd) progressRequests() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]string(nil), e.progress...)
+	return append([]int(nil), e.progress...)
 }
 
 func (e *fakeEtcd) GetCurrentResourceVersion(context.Context) (uint64, error) {
@@ -122,16 +114,74 @@ func (e *fakeEtcd) next(t *testing.T) openedWatch {
 	return o
 }
 
+// fakeStream is one watch of a fakeEtcd, whose responses the test sends.
+type fakeStream struct {
+	etcd *fakeEtcd
+	id   int
+	ch   chan Response
+	// done is closed by Close.
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (s *fakeStream) Responses() <-chan Response { return s.ch }
+
+func (s *fakeStream) RequestProgress(context.Context) error {
+	s.etcd.mu.Lock()
+	defer s.etcd.mu.Unlock()
+	s.etcd.progress = append(s.etcd.progress, s.id)
+	return nil
+}
+
+func (s *fakeStream) Close() { s.closeOnce.Do(func() { close(s.done) }) }
+
+// send delivers r unless the watch is closed.
+func (s *fakeStream) send(r Response) {
+	select {
+	case s.ch <- r:
+	case <-s.done:
+	}
+}
+
+// put sends one response with a put of each pod, at its resourceVersion.
+func (s *fakeStream) put(pods ...*example.Pod) {
+	var r Response
+	for _, p := range pods {
+		rev, _ := strconv.ParseUint(p.ResourceVersion, 10, 64)
+		r.Changes = append(r.Changes, Change{Key: "/pods/" + p.Namespace + "/" + p.Name, Rev: rev, Object: p.DeepCopy()})
+	}
+	s.send(r)
+}
+
+// del sends one response with the deletion of each pod, at its
+// resourceVersion, without its last value.
+func (s *fakeStream) del(pods ...*example.Pod) {
+	var r Response
+	for _, p := range pods {
+		rev, _ := strconv.ParseUint(p.ResourceVersion, 10, 64)
+		r.Changes = append(r.Changes, Change{Key: "/pods/" + p.Namespace + "/" + p.Name, Rev: rev, Deleted: true})
+	}
+	s.send(r)
+}
+
+// end ends the watch with end.
+func (s *fakeStream) end(end End) { s.send(Response{End: &end}) }
+
+// stop ends the watch as etcd closing it does.
+func (s *fakeStream) stop() { s.end(End{Reason: EndClosed, Err: fmt.Errorf("closed by the test")}) }
+
 // fakeCache is the cache a source fills: its state, its head, and what it
 // was told.
 type fakeCache struct {
 	// mu guards every field.
-	mu      sync.Mutex
-	objs    map[string]*object.Object
-	head    uint64
-	resets  int
-	events  []*fanout.Event
-	endings []string
+	mu     sync.Mutex
+	objs   map[string]*object.Object
+	head   uint64
+	resets int
+	events []*fanout.Event
+	// revisions holds how many events each Process call had.
+	revisions []int
+	endings   []string
 	// prepended receives what each PrependHistory was given.
 	prepended chan []*fanout.Event
 }
@@ -151,16 +201,19 @@ func (c *fakeCache) Reset(objs []*object.Object, rv uint64) {
 	c.resets++
 }
 
-func (c *fakeCache) Process(e *fanout.Event) {
+func (c *fakeCache) Process(rev ...*fanout.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e.Type == watch.Deleted {
-		delete(c.objs, e.Key)
-	} else {
-		c.objs[e.Key] = e.Cur
+	for _, e := range rev {
+		if e.Type == watch.Deleted {
+			delete(c.objs, e.Key)
+		} else {
+			c.objs[e.Key] = e.Cur
+		}
+		c.head = max(c.head, e.Rev)
+		c.events = append(c.events, e)
 	}
-	c.head = e.Rev
-	c.events = append(c.events, e)
+	c.revisions = append(c.revisions, len(rev))
 }
 
 func (c *fakeCache) Progress(rv uint64) {
@@ -239,10 +292,12 @@ type counts struct {
 	n  map[string]int
 }
 
-func (c *counts) add(name string) {
+func (c *counts) add(name string) { c.addN(name, 1) }
+
+func (c *counts) addN(name string, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.n[name]++
+	c.n[name] += n
 }
 
 func (c *counts) get(name string) int {
@@ -258,7 +313,7 @@ type counter struct {
 }
 
 func (m counter) Inc()            { m.c.add(m.name) }
-func (m counter) Add(float64)     { m.c.add(m.name) }
+func (m counter) Add(n float64)   { m.c.addN(m.name, int(n)) }
 func (m counter) Observe(float64) { m.c.add(m.name) }
 
 func (c *counts) metrics() Metrics {
@@ -301,7 +356,7 @@ type harness struct {
 func newHarness(etcd *fakeEtcd, keys KeyReader) *harness {
 	h := &harness{etcd: etcd, cache: newFakeCache(), ready: NewReadiness(nil), n: &counts{n: map[string]int{}},
 		clk: testingclock.NewFakeClock(time.Now())}
-	h.src = New(Config{Store: etcd, ResourcePrefix: "/pods/", GroupResource: schema.GroupResource{Resource: "pods"},
+	h.src = New(Config{Store: etcd, Changes: etcd, ResourcePrefix: "/pods/", GroupResource: schema.GroupResource{Resource: "pods"},
 		NewListFunc: func() runtime.Object { return &example.PodList{} }, Versioner: storage.APIObjectVersioner{},
 		Build: objecttest.Pods, Keys: keys, ListPageSize: ListPageSize, ListPageBytes: ListPageBytes,
 		FreshnessTimeout: time.Second, ProgressRequestInterval: time.Hour, Clock: h.clk,

@@ -4,16 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc/metadata"
-
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
 )
 
@@ -29,8 +22,8 @@ const (
 	maxRewatchDelay = 250 * time.Millisecond
 )
 
-// Handler takes one event from the watch; stop ends the watch, with end.
-type Handler func(watch.Event) (end End, stop bool)
+// Handler takes one response from the watch; stop ends the watch, with end.
+type Handler func(Response) (end End, stop bool)
 
 // follower keeps a cache on etcd's stream of changes: it watches, and
 // re-watches from the cache's head whenever a watch ends without losing
@@ -47,9 +40,6 @@ type follower struct {
 	// goroutine of the watch that follows etcd, which makes them on its
 	// own stream (askProgress).
 	asked chan struct{}
-	// streams numbers the etcd watches, each on a gRPC stream of its own
-	// (streamContext).
-	streams atomic.Uint64
 	// outage tracks time without a watch; only Follow's goroutine uses it.
 	outage outage
 }
@@ -139,33 +129,19 @@ func rewatchBackoff() *wait.Backoff {
 	return &wait.Backoff{Duration: minRewatchDelay, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: maxRewatchDelay}
 }
 
-// watch follows etcd from rv, passing every event to handle, until the
-// watch or handle ends it, or a re-list is requested on relist. It asks
+// watch follows etcd from rv, passing every response to handle, until
+// the watch or handle ends it, or a re-list is requested on relist. It asks
 // etcd for progress on its own stream when told on asked. alive is called
-// on every event and progress notification, and whenever etcd confirms it
-// holds nothing newer than the cache.
+// on every response, and whenever etcd confirms it holds nothing newer
+// than the cache.
 func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, asked <-chan struct{}, handle Handler, alive func()) End {
-	wctx, cancel := context.WithCancel(f.streamContext(ctx))
-	defer cancel()
-	w, err := f.cfg.Store.Watch(wctx, f.cfg.ResourcePrefix, storage.ListOptions{
-		ResourceVersion: fmt.Sprint(rv),
-		Recursive:       true,
-		ProgressNotify:  true,
-		// Each event carries when the store decoded it, for the dispatch latency.
-		RecordTimestamps: true,
-		Predicate: storage.SelectionPredicate{
-			Label: labels.Everything(), Field: fields.Everything(), AllowWatchBookmarks: true,
-		},
-	})
-	if err != nil {
-		return Classify(err)
-	}
-	defer w.Stop()
+	stream := f.cfg.Changes.Watch(ctx, rv)
+	defer stream.Close()
 	// A progress notification proves the new watch is live, so that
 	// the outage ends as soon as etcd answers, not with the next write.
 	// Asking only queues a request on the watch's stream; on a stalled
 	// connection it gives up after a second, and the silence check asks again.
-	f.requestProgress(wctx)
+	f.requestProgress(stream)
 
 	check := newSilence(f.cfg.ProgressRequestInterval, f.cfg.Clock.Now())
 	ticks := f.cfg.Clock.NewTicker(check.period())
@@ -188,7 +164,7 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 			ask, silent := check.tick(now, heard)
 			heard = false
 			if ask {
-				f.requestProgress(wctx)
+				f.requestProgress(stream)
 			}
 			if silent && f.idle() {
 				check.idle(now)
@@ -199,13 +175,13 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 				return f.silent(check.quiet(now))
 			}
 		case <-asked:
-			f.requestProgress(wctx)
-		case ev, ok := <-w.ResultChan():
+			f.requestProgress(stream)
+		case r, ok := <-stream.Responses():
 			if !ok {
 				return End{Reason: EndClosed, Err: fmt.Errorf("the etcd watch of %s closed", f.cfg.GroupResource)}
 			}
 			heard = true
-			if end, stop := handle(ev); stop {
+			if end, stop := handle(r); stop {
 				return end
 			}
 			alive()
@@ -297,37 +273,6 @@ func (o *outage) restored() {
 	klog.InfoS("Watch cache's etcd watch is back", "resource", f.cfg.GroupResource, "after", gap)
 }
 
-// UnwrapRecordTime takes the object out of the wrapper the etcd3 store puts
-// around it for RecordTimestamps, and returns when the store decoded it.
-func UnwrapRecordTime(ev watch.Event) (watch.Event, time.Time) {
-	if timed, ok := ev.Object.(storage.WatchEventWithRecordTime); ok {
-		ev.Object = timed.Unwrap()
-		return ev, timed.RecordTime()
-	}
-	return ev, time.Time{}
-}
-
-// streamMetadata is the gRPC metadata that names an etcd watch's stream.
-const streamMetadata = "cached-apiserver-watch"
-
-// streamContext gives the next etcd watch a gRPC stream of its own. etcd's
-// client puts the watches whose contexts carry the same metadata on one
-// stream, and etcd answers a progress request on a stream with a single
-// notification, which the client hands to every watch on it. etcd checks
-// that the watches it holds when it reads the request have delivered
-// everything up to the revision it reports, but it may send the answer
-// after confirming a watch created just after the request, and that watch
-// then hears a revision before its first events: the cache would serve
-// lists at that revision without them. Another watch on the stream can be
-// the backfill's, or the watch the cache just ended, which etcd's client
-// re-opens on a new connection if it breaks as the watch ends. With a
-// shared stream, 26 of 330 watches opened beside another one heard such a
-// notification; with a stream each, none of 300.
-func (f *follower) streamContext(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, streamMetadata,
-		fmt.Sprintf("%s#%d", f.cfg.GroupResource, f.streams.Add(1)))
-}
-
 // askProgress has the watch following etcd ask for a progress
 // notification, on its own stream, without waiting: see
 // Source.RequestProgress.
@@ -338,13 +283,13 @@ func (f *follower) askProgress() {
 	}
 }
 
-// requestProgress asks etcd for a progress notification on the stream of
-// the watch whose context is wctx. Asking only queues a request on the
-// stream: on a stalled connection it gives up after a second.
-func (f *follower) requestProgress(wctx context.Context) {
-	ctx, cancel := context.WithTimeout(wctx, time.Second)
+// requestProgress asks etcd for a progress notification on stream's own
+// gRPC stream. Asking only queues a request on the stream: on a stalled
+// connection it gives up after a second.
+func (f *follower) requestProgress(stream ChangeStream) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := f.cfg.Store.RequestWatchProgress(ctx); err != nil {
+	if err := stream.RequestProgress(ctx); err != nil {
 		klog.V(4).InfoS("Requesting watch progress failed", "resource", f.cfg.GroupResource, "err", err)
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	testingclock "k8s.io/utils/clock/testing"
 )
@@ -68,28 +66,27 @@ func TestWaitToRewatch(t *testing.T) {
 	}
 }
 
-func TestClassifyWatchError(t *testing.T) {
+// TestClassifyEtcd checks what each error that ends an etcd watch means:
+// a re-watch from the head, or only for a compaction, a re-list.
+func TestClassifyEtcd(t *testing.T) {
 	tests := []struct {
 		name   string
 		err    error
 		reason string
 		relist bool
 	}{
-		{"no leader", apierrors.NewInternalError(rpctypes.ErrNoLeader), EndNoLeader, false},
-		{"leader changed", apierrors.NewInternalError(rpctypes.ErrLeaderChanged), EndUnavailable, false},
-		{"grpc unavailable", apierrors.NewInternalError(errors.New("rpc error: code = Unavailable desc = transport is closing")), EndUnavailable, false},
-		{"timeout", apierrors.NewInternalError(context.DeadlineExceeded), EndUnavailable, false},
-		{"plain etcd error", rpctypes.ErrNoLeader, EndNoLeader, false},
-		{"compacted", apierrors.NewResourceExpired("The resourceVersion for the provided watch is too old."), EndCompacted, true},
-		{"gone", apierrors.NewGone("gone"), EndCompacted, true},
-		{"corrupt object deleted", &apierrors.StatusError{ErrStatus: metav1.Status{Code: 500, Reason: metav1.StatusReasonStoreReadError}}, EndUnreadable, true},
-		{"undecodable", apierrors.NewInternalError(errors.New("couldn't get version/kind; json parse error")), EndUnreadable, true},
+		{"no leader", rpctypes.ErrNoLeader, EndNoLeader, false},
+		{"leader changed", rpctypes.ErrLeaderChanged, EndUnavailable, false},
+		{"grpc unavailable", errors.New("rpc error: code = Unavailable desc = transport is closing"), EndUnavailable, false},
+		{"timeout", context.DeadlineExceeded, EndUnavailable, false},
+		{"compacted", rpctypes.ErrCompacted, EndCompacted, true},
+		{"future revision", rpctypes.ErrFutureRev, EndUnavailable, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Classify(tc.err)
+			got := classifyEtcd(tc.err)
 			if got.Reason != tc.reason || got.Relist != tc.relist {
-				t.Errorf("Classify(%v) = %s relist=%v, want %s relist=%v", tc.err, got.Reason, got.Relist, tc.reason, tc.relist)
+				t.Errorf("classifyEtcd(%v) = %s relist=%v, want %s relist=%v", tc.err, got.Reason, got.Relist, tc.reason, tc.relist)
 			}
 		})
 	}

@@ -1,9 +1,9 @@
 package source
 
 import (
+	"fmt"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/klog/v2"
 
@@ -11,94 +11,118 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
-// replayed reports whether o, from an etcd event, is one the cache already
-// applied. etcd sends a watch's events in revision order, but a watch its
-// client resumed on another member can start below the revision the cache
-// asked for and repeat events (etcd-io/etcd#20221: the client takes its
-// resume revision from a progress notification of a member that is
-// behind). Applied again, such an event would put an old version back in
-// the store, under a newer resourceVersion: the state lists read. An event
-// below the head is a repeat; one at the head is if the store holds its
-// key at that revision already, as the other keys of a transaction, which
-// share its revision, are not.
-func (s *Source) replayed(o, prev *object.Object) bool {
-	head := s.head()
-	return o.RV < head || (o.RV == head && prev != nil && prev.RV == o.RV)
-}
-
-// checkOrder reports an event newer than every event before it but not
-// newer than the head: a progress notification reported a revision before
-// etcd delivered all of its events. Lists served at the head in between
-// lacked the event. A fault scenario saw such a list twice (a paged list at
-// 117 holding an object deleted at 117, with every stream right); this
-// says, next time, whether this is how. It changes nothing.
-func (s *Source) checkOrder(o *object.Object, typ watch.EventType) {
-	head := s.head()
-	if o.RV > s.lastEvent && o.RV <= head {
-		klog.InfoS("etcd delivered an event after a progress notification past it", "resource", s.cfg.GroupResource,
-			"key", o.Key, "type", typ, "resourceVersion", o.RV, "lastEvent", s.lastEvent, "head", head)
+// handle applies one etcd watch response: its revisions, each whole, then
+// its progress. stop is true when the response ends the watch.
+func (s *Source) handle(r Response) (end End, stop bool) {
+	if r.End != nil {
+		return *r.End, true
 	}
-	s.lastEvent = max(s.lastEvent, o.RV)
-}
-
-// ingest turns one etcd event into a cached event. decoded is when the
-// etcd3 store decoded it, if it said.
-func (s *Source) ingest(ev watch.Event, decoded time.Time) error {
-	o, err := s.cfg.Build.Build(ev.Object)
+	err := revisions(r.Changes, func(rev []Change) error { return s.ingest(rev, r.Decoded) })
 	if err != nil {
-		return err
+		return End{Reason: EndUnreadable, Relist: true, Err: err}, true
 	}
-	s.cfg.Metrics.Received.Inc()
-	prev, _ := s.cfg.Objects.Get(o.Key)
-	s.checkOrder(o, ev.Type)
-	if s.replayed(o, prev) {
-		s.cfg.Metrics.Replayed.Inc()
+	if r.Progress > 0 {
+		s.cfg.Sink.Progress(r.Progress)
+	}
+	return End{}, false
+}
+
+// ingest turns one revision's changes into cached events and hands them
+// to the sink at once, so that nothing the cache serves holds part of the
+// revision. decoded is when they were decoded, if known.
+//
+// A revision at or before the newest one the cache applied is a repeat,
+// and is dropped whole. etcd sends a watch's events in revision order, but
+// a watch its client resumed on another member can start below the
+// revision the cache asked for and repeat events (etcd-io/etcd#20221: the
+// client takes its resume revision from a progress notification of a
+// member that is behind). Applied again, such an event would put an old
+// version back in the store under a newer resourceVersion. The head is not
+// the mark: progress notifications move it too, and an event at or below a
+// head a notification set was dropped, silently, by the check this
+// replaces (issue 56).
+func (s *Source) ingest(rev []Change, decoded time.Time) error {
+	rv := rev[0].Rev
+	s.cfg.Metrics.Received.Add(float64(len(rev)))
+	if rv <= s.lastEvent {
+		s.cfg.Metrics.Replayed.Add(float64(len(rev)))
 		// At info level: a repeat is etcd's client misbehaving, rare, and
 		// what a fault scenario's log needs to show.
-		klog.InfoS("Dropped an event etcd delivered again", "resource", s.cfg.GroupResource, "key", o.Key, "type", ev.Type,
-			"resourceVersion", o.RV, "head", s.head())
+		klog.InfoS("Dropped a revision etcd delivered again", "resource", s.cfg.GroupResource, "resourceVersion", rv,
+			"events", len(rev), "lastEvent", s.lastEvent)
 		return nil
 	}
-	s.cfg.Metrics.ResourceVersion(o.RV)
-	e := &fanout.Event{Key: o.Key, Rev: o.RV, Cur: o, Prev: prev, Seen: s.cfg.Clock.Now().UnixNano()}
-	if !decoded.IsZero() {
-		// The dispatch latency compares real times, as the decode time is.
-		e.Decoded, e.Received = decoded.UnixNano(), time.Now().UnixNano()
+	s.checkOrder(rv, len(rev))
+	s.lastEvent = rv
+	s.cfg.Metrics.ResourceVersion(rv)
+	now := s.cfg.Clock.Now().UnixNano()
+	events := make([]*fanout.Event, 0, len(rev))
+	// changed holds this revision's objects by key, should etcd ever
+	// change a key twice in one revision (it refuses such transactions).
+	var changed map[string]*object.Object
+	for _, ch := range rev {
+		prev, ok := changed[ch.Key]
+		if !ok {
+			prev, _ = s.cfg.Objects.Get(ch.Key)
+		}
+		if ch.Deleted && prev == nil {
+			continue // Deleting what the cache never held: nothing to tell.
+		}
+		o, err := s.object(ch, prev)
+		if err != nil {
+			return fmt.Errorf("%s at %d: %w", ch.Key, ch.Rev, err)
+		}
+		e := &fanout.Event{Key: ch.Key, Rev: rv, Cur: o, Prev: prev, Seen: now}
+		if !decoded.IsZero() {
+			// The dispatch latency compares real times, as the decode time is.
+			e.Decoded, e.Received = decoded.UnixNano(), time.Now().UnixNano()
+		}
+		switch {
+		case ch.Deleted:
+			e.Type = watch.Deleted
+		case prev == nil:
+			e.Type = watch.Added
+		default:
+			e.Type = watch.Modified
+		}
+		events = append(events, e)
+		if len(rev) > 1 {
+			if changed == nil {
+				changed = make(map[string]*object.Object, len(rev))
+			}
+			changed[ch.Key] = o
+			if ch.Deleted {
+				changed[ch.Key] = nil
+			}
+		}
 	}
-	switch {
-	case ev.Type == watch.Deleted && prev == nil:
-		// Deleting what the cache never held: nothing to tell watchers.
-		s.cfg.Sink.Progress(o.RV)
+	if len(events) == 0 {
+		s.cfg.Sink.Progress(rv)
 		return nil
-	case ev.Type == watch.Deleted:
-		e.Type = watch.Deleted
-	case prev == nil:
-		e.Type = watch.Added
-	default:
-		e.Type = watch.Modified
 	}
-	s.cfg.Sink.Process(e)
+	s.cfg.Sink.Process(events...)
 	return nil
 }
 
-// handle applies one event from the etcd watch. stop is true when the
-// event ends the watch.
-func (s *Source) handle(ev watch.Event) (end End, stop bool) {
-	var decoded time.Time
-	ev, decoded = UnwrapRecordTime(ev)
-	switch ev.Type {
-	case watch.Bookmark:
-		rv, err := s.cfg.Versioner.ObjectResourceVersion(ev.Object)
-		if err != nil {
-			return End{Reason: EndUnreadable, Relist: true, Err: err}, true
-		}
-		s.cfg.Sink.Progress(rv)
-	case watch.Added, watch.Modified, watch.Deleted:
-		if err := s.ingest(ev, decoded); err != nil {
-			return End{Reason: EndUnreadable, Relist: true, Err: err}, true
-		}
-	case watch.Error:
-		return Classify(apierrors.FromObject(ev.Object)), true
+// object builds the cached version of a change: its object, or for a
+// deletion whose last value etcd did not send, the held one at the
+// deletion's revision.
+func (s *Source) object(ch Change, prev *object.Object) (*object.Object, error) {
+	if ch.Object != nil {
+		return s.cfg.Build.Build(ch.Object)
 	}
-	return End{}, false
+	return prev.At(s.cfg.Versioner, ch.Rev)
+}
+
+// checkOrder reports a revision newer than every event before it but not
+// newer than the head: a progress notification reported a revision before
+// etcd delivered all of its events. Lists served at the head in between
+// lacked the events. etcd sends a notification only once a watch has sent
+// everything up to it, and the cache's watch has a stream of its own, so
+// this says, should it ever happen, where. The revision is applied.
+func (s *Source) checkOrder(rv uint64, n int) {
+	if _, head := s.cfg.History.Bounds(); rv <= head {
+		klog.ErrorS(nil, "etcd delivered a revision after a progress notification past it", "resource", s.cfg.GroupResource,
+			"resourceVersion", rv, "events", n, "lastEvent", s.lastEvent, "head", head)
+	}
 }

@@ -28,11 +28,7 @@ const keyReaderPageSize = 10000
 // pages, at one revision.
 type EtcdKeyReader struct {
 	client *clientv3.Client
-	// pathPrefix is the etcd3 store's prefix, ending in "/": the store keeps
-	// key /k at pathPrefix + "k".
-	pathPrefix string
-	// rangePrefix is the resource's keys' prefix in etcd.
-	rangePrefix string
+	prefix etcdPrefix
 }
 
 var _ KeyReader = &EtcdKeyReader{}
@@ -40,7 +36,21 @@ var _ KeyReader = &EtcdKeyReader{}
 // NewEtcdKeyReader reads the keys the etcd3 store built with storagePrefix
 // (storagebackend.Config.Prefix) keeps for resourcePrefix.
 func NewEtcdKeyReader(client *clientv3.Client, storagePrefix, resourcePrefix string) *EtcdKeyReader {
-	// As etcd3.New and its prepareKey do.
+	return &EtcdKeyReader{client: client, prefix: newEtcdPrefix(storagePrefix, resourcePrefix)}
+}
+
+// etcdPrefix is where the etcd3 store keeps a resource's keys.
+type etcdPrefix struct {
+	// pathPrefix is the etcd3 store's prefix, ending in "/": the store keeps
+	// key /k at pathPrefix + "k".
+	pathPrefix string
+	// rangePrefix is the resource's keys' prefix in etcd.
+	rangePrefix string
+}
+
+// newEtcdPrefix places the keys of resourcePrefix as the etcd3 store built
+// with storagePrefix does (etcd3.New and its prepareKey).
+func newEtcdPrefix(storagePrefix, resourcePrefix string) etcdPrefix {
 	pathPrefix := path.Join("/", storagePrefix)
 	if !strings.HasSuffix(pathPrefix, "/") {
 		pathPrefix += "/"
@@ -49,14 +59,19 @@ func NewEtcdKeyReader(client *clientv3.Client, storagePrefix, resourcePrefix str
 	if !strings.HasSuffix(rangePrefix, "/") {
 		rangePrefix += "/"
 	}
-	return &EtcdKeyReader{client: client, pathPrefix: pathPrefix, rangePrefix: rangePrefix}
+	return etcdPrefix{pathPrefix: pathPrefix, rangePrefix: rangePrefix}
+}
+
+// cacheKey is the storage key of an etcd key.
+func (p etcdPrefix) cacheKey(etcdKey []byte) string {
+	return "/" + strings.TrimPrefix(string(etcdKey), p.pathPrefix)
 }
 
 // ReadKeys implements KeyReader.
 func (r *EtcdKeyReader) ReadKeys(ctx context.Context, rev int64, fn func(key string, modRev int64)) (int64, error) {
 	var bytes int64
-	end := clientv3.GetPrefixRangeEnd(r.rangePrefix)
-	from := r.rangePrefix
+	end := clientv3.GetPrefixRangeEnd(r.prefix.rangePrefix)
+	from := r.prefix.rangePrefix
 	for {
 		resp, err := r.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithRev(rev),
 			clientv3.WithKeysOnly(), clientv3.WithLimit(keyReaderPageSize))
@@ -65,7 +80,7 @@ func (r *EtcdKeyReader) ReadKeys(ctx context.Context, rev int64, fn func(key str
 		}
 		bytes += int64(responseSize(resp))
 		for _, kv := range resp.Kvs {
-			fn("/"+strings.TrimPrefix(string(kv.Key), r.pathPrefix), kv.ModRevision)
+			fn(r.prefix.cacheKey(kv.Key), kv.ModRevision)
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			return bytes, nil

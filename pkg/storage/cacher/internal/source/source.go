@@ -9,7 +9,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	compbasemetrics "k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
@@ -29,8 +28,6 @@ const (
 // Store is what the source needs of the etcd3 store.
 type Store interface {
 	GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error
-	Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error)
-	RequestWatchProgress(ctx context.Context) error
 	GetCurrentResourceVersion(ctx context.Context) (uint64, error)
 	CompactRevision() int64
 }
@@ -40,7 +37,8 @@ type Store interface {
 type Sink interface {
 	// Reset replaces the state with a list's, ending every watcher.
 	Reset(objs []*object.Object, rv uint64)
-	Process(e *fanout.Event)
+	// Process applies one revision's events, all at once.
+	Process(rev ...*fanout.Event)
 	// Progress moves the head to rv with no change.
 	Progress(rv uint64)
 	// PrependHistory puts a backfill's events before the history, unless
@@ -67,7 +65,10 @@ type History interface {
 // Config is what a Source reads, what it feeds, and how.
 type Config struct {
 	// Store is read under ResourcePrefix, for GroupResource.
-	Store          Store
+	Store Store
+	// Changes is etcd's record of the resource's changes, which the
+	// source follows after each list.
+	Changes        Changes
 	ResourcePrefix string
 	GroupResource  schema.GroupResource
 	NewListFunc    func() runtime.Object

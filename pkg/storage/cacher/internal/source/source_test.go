@@ -6,12 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 )
 
 // TestRunFollowsEtcd drives a source through a fake etcd: it lists, becomes
@@ -29,10 +27,10 @@ func TestRunFollowsEtcd(t *testing.T) {
 		t.Fatalf("after the list: b held %v, %d resets; want true, 1", ok, h.cache.lists())
 	}
 
-	first.w.Modify(pod("a", 4))
+	first.w.put(pod("a", 4))
 	// etcd-io/etcd#20221: a resumed watch can repeat what it sent.
-	first.w.Modify(pod("a", 4))
-	first.w.Add(pod("c", 5))
+	first.w.put(pod("a", 4))
+	first.w.put(pod("c", 5))
 	testkit.StepUntil(t, h.clk, func() bool { return len(h.cache.seen()) == 2 })
 	if got, want := h.cache.seen(), []string{"MODIFIED /pods/ns/a@4", "ADDED /pods/ns/c@5"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("events applied: %q, want %q", got, want)
@@ -41,7 +39,7 @@ func TestRunFollowsEtcd(t *testing.T) {
 		t.Errorf("%d events dropped as repeats, want 1", n)
 	}
 
-	first.w.Stop()
+	first.w.stop()
 	second := h.nextWatch(t)
 	if second.rv != "5" {
 		t.Errorf("the re-watch starts after %s, want the head, 5", second.rv)
@@ -68,30 +66,22 @@ func (h *harness) nextWatch(t *testing.T) openedWatch {
 func TestWatchEnds(t *testing.T) {
 	tests := []struct {
 		name string
-		end  func(w *watch.FakeWatcher)
+		end  func(w *fakeStream)
 		// restart or relist is the reason counted.
 		restart, relist string
 	}{
-		{name: "closed", end: func(w *watch.FakeWatcher) { w.Stop() }, restart: EndClosed},
-		{name: "no leader", end: func(w *watch.FakeWatcher) {
-			w.Error(&apierrors.NewInternalError(rpctypes.ErrNoLeader).ErrStatus)
-		}, restart: EndNoLeader},
-		{name: "etcd unavailable", end: func(w *watch.FakeWatcher) {
-			w.Error(&apierrors.NewInternalError(fmt.Errorf("rpc error: code = Unavailable")).ErrStatus)
+		{name: "closed", end: func(w *fakeStream) { w.stop() }, restart: EndClosed},
+		{name: "no leader", end: func(w *fakeStream) { w.end(classifyEtcd(rpctypes.ErrNoLeader)) }, restart: EndNoLeader},
+		{name: "etcd unavailable", end: func(w *fakeStream) {
+			w.end(classifyEtcd(rpctypes.ErrGRPCLeaderChanged))
 		}, restart: EndUnavailable},
-		{name: "compacted", end: func(w *watch.FakeWatcher) {
-			w.Error(&apierrors.NewResourceExpired("required revision has been compacted").ErrStatus)
-		}, relist: EndCompacted},
-		{name: "an object that does not build", end: func(w *watch.FakeWatcher) {
-			w.Add(&example.PodList{})
+		{name: "compacted", end: func(w *fakeStream) { w.end(classifyEtcd(rpctypes.ErrCompacted)) }, relist: EndCompacted},
+		{name: "an object that does not build", end: func(w *fakeStream) {
+			w.send(Response{Changes: []Change{{Key: "/pods/ns/x", Rev: 5, Object: &example.PodList{}}}})
 		}, relist: EndUnreadable},
-		{name: "a bookmark with a resourceVersion that does not parse", end: func(w *watch.FakeWatcher) {
-			w.Action(watch.Bookmark, &example.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "x"}})
-		}, relist: EndUnreadable},
-		{name: "a store read error", end: func(w *watch.FakeWatcher) {
-			// As the etcd3 store reports an object it cannot decrypt or decode.
-			w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 500, Reason: metav1.StatusReasonStoreReadError,
-				Message: "failed to read /pods/ns/a"})
+		{name: "a value that does not read", end: func(w *fakeStream) {
+			// As EtcdChanges ends a watch on a put it cannot decrypt or decode.
+			w.end(End{Reason: EndUnreadable, Relist: true, Err: fmt.Errorf("reading /pods/ns/a at 5: bad")})
 		}, relist: EndUnreadable},
 	}
 	for _, tc := range tests {
@@ -122,5 +112,46 @@ func TestWatchEnds(t *testing.T) {
 				t.Error("the re-list kept b, which etcd no longer holds")
 			}
 		})
+	}
+}
+
+// TestRevisionsWhole checks that the source hands the cache each etcd
+// revision whole, in one Process, however etcd's responses group them,
+// with deletions of what the cache never held left out; that a repeated
+// revision is dropped whole; and that a progress notification ahead of an
+// event neither drops the event nor counts it a repeat (issue 56: the
+// repeat check compared events with the head, which progress moves).
+func TestRevisionsWhole(t *testing.T) {
+	h := newHarness(newFakeEtcd(3, pod("a", 2), pod("b", 3)), nil)
+	h.run(t)
+	w := h.etcd.next(t).w
+	h.waitState(t, Ready)
+
+	// A transaction at 4: a, b and c; a lease revoked at 5: a, b, and x,
+	// which the cache never held; then 6 and 7 in one response.
+	w.put(pod("a", 4), pod("b", 4), pod("c", 4))
+	w.del(pod("a", 5), pod("b", 5), pod("x", 5))
+	w.put(pod("d", 6), pod("e", 7), pod("f", 7))
+	// A repeat of 4, whole.
+	w.put(pod("a", 4), pod("b", 4), pod("c", 4))
+	// A progress notification ahead of the next event, which must still apply.
+	w.send(Response{Progress: 9})
+	w.put(pod("g", 8))
+	// Every change sent was received, applied or not.
+	testkit.StepUntil(t, h.clk, func() bool { return h.n.get("received") == 13 })
+	want := []string{"MODIFIED /pods/ns/a@4", "MODIFIED /pods/ns/b@4", "ADDED /pods/ns/c@4",
+		"DELETED /pods/ns/a@5", "DELETED /pods/ns/b@5", "ADDED /pods/ns/d@6", "ADDED /pods/ns/e@7", "ADDED /pods/ns/f@7",
+		"ADDED /pods/ns/g@8"}
+	if got := h.cache.seen(); !reflect.DeepEqual(got, want) {
+		t.Errorf("events applied:\n%q\nwant\n%q", got, want)
+	}
+	h.cache.mu.Lock()
+	revisions := append([]int(nil), h.cache.revisions...)
+	h.cache.mu.Unlock()
+	if want := []int{3, 2, 1, 2, 1}; !reflect.DeepEqual(revisions, want) {
+		t.Errorf("events per Process: %v, want one call a revision, %v", revisions, want)
+	}
+	if n := h.n.get("replayed"); n != 3 {
+		t.Errorf("%d events dropped as repeats, want the 3 of the repeated revision", n)
 	}
 }

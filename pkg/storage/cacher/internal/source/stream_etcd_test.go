@@ -1,28 +1,59 @@
 package source
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/apis/example"
+	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
+	"k8s.io/apiserver/pkg/storage"
+	storagevalue "k8s.io/apiserver/pkg/storage/value"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/embedetcd"
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 )
 
-// TestOwnStreamHearsNoEarlyProgress shows, on a real etcd, the hazard
-// streamContext avoids. Beside a synced watch, progress is requested again
-// and again on the stream of the newest watch, as the cache does, while
-// new watches open from a revision just written. A watch that shares a
-// stream with the other one can hear a notification at or past that
-// revision before the event at it; a watch on a stream of its own never
+// prefixTransformer stores values behind a prefix and checks that each
+// is read with its own key as authenticated data, as encryption at rest
 // does.
-func TestOwnStreamHearsNoEarlyProgress(t *testing.T) {
+type prefixTransformer struct{}
+
+const storedPrefix = "enc:"
+
+func (prefixTransformer) TransformFromStorage(_ context.Context, data []byte, dataCtx storagevalue.Context) ([]byte, bool, error) {
+	rest, ok := bytes.CutPrefix(data, []byte(storedPrefix))
+	if !ok {
+		return nil, false, errors.New("not transformed")
+	}
+	key, rest, ok := bytes.Cut(rest, []byte("|"))
+	if !ok || !bytes.Equal(key, dataCtx.AuthenticatedData()) {
+		return nil, false, fmt.Errorf("stored for %q, read for %q", key, dataCtx.AuthenticatedData())
+	}
+	return rest, false, nil
+}
+
+func (prefixTransformer) TransformToStorage(_ context.Context, data []byte, dataCtx storagevalue.Context) ([]byte, error) {
+	return append([]byte(storedPrefix+string(dataCtx.AuthenticatedData())+"|"), data...), nil
+}
+
+// etcdChangesFixture is EtcdChanges over a real etcd, with the pods of
+// namespace ns under /registry/pods/.
+type etcdChangesFixture struct {
+	cli     *clientv3.Client
+	changes *EtcdChanges
+}
+
+func newEtcdChangesFixture(t *testing.T) *etcdChangesFixture {
+	t.Helper()
 	e, url, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), Throwaway: true})
 	if err != nil {
 		t.Fatal(err)
@@ -34,58 +65,128 @@ func TestOwnStreamHearsNoEarlyProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
-	f := newFollower(Config{GroupResource: schema.GroupResource{Resource: "pods"}}, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	shared := clientv3.WithRequireLeader(f.streamContext(ctx))
-	for range cli.Watch(shared, "/other/", clientv3.WithCreatedNotify()) {
-		break // Created: etcd holds it, synced.
-	}
-
-	// The newest watch's context, which progress is requested on.
-	var newest atomic.Pointer[context.Context]
-	newest.Store(&shared)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	hammer, stop := context.WithCancel(ctx)
-	defer stop()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for hammer.Err() == nil {
-			_ = cli.RequestProgress(*newest.Load())
-		}
-	}()
-
-	// early opens a watch from a revision just written, and reports
-	// whether it heard a notification at or past it before the event.
-	early := func(i int, wctx context.Context) bool {
-		t.Helper()
-		r, err := cli.Put(ctx, fmt.Sprintf("/pods/%d", i), "v")
+	codec := objecttest.Codecs.LegacyCodec(examplev1.SchemeGroupVersion)
+	decode := func(data []byte, rev uint64) (runtime.Object, error) {
+		obj, _, err := codec.Decode(data, nil, nil)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
-		wctx, stopWatch := context.WithCancel(wctx)
-		defer stopWatch()
-		newest.Store(&wctx)
-		resp, ok := <-cli.Watch(wctx, "/pods/", clientv3.WithPrefix(), clientv3.WithRev(r.Header.Revision))
-		if !ok || resp.Err() != nil {
-			t.Fatalf("watch %d ended: %v", i, resp.Err())
+		return obj, storage.APIObjectVersioner{}.UpdateObject(obj, rev)
+	}
+	return &etcdChangesFixture{cli: cli, changes: NewEtcdChanges(EtcdChangesConfig{Client: cli, StoragePrefix: "/registry",
+		ResourcePrefix: "/pods", Transformer: prefixTransformer{}, Decode: decode})}
+}
+
+// value is what the etcd3 store keeps for pod name: its JSON, transformed.
+func (f *etcdChangesFixture) stored(t *testing.T, name string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	pod := &example.Pod{}
+	pod.Namespace, pod.Name = "ns", name
+	if err := objecttest.Codecs.LegacyCodec(examplev1.SchemeGroupVersion).Encode(pod, &buf); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := prefixTransformer{}.TransformToStorage(context.Background(), buf.Bytes(), storagevalue.DefaultContext(etcdKey(name)))
+	return string(out)
+}
+
+func etcdKey(name string) string { return "/registry/pods/ns/" + name }
+
+// next returns the stream's next response.
+func next(t *testing.T, s ChangeStream) Response {
+	t.Helper()
+	r, ok := testkit.Recv(t, s.Responses(), "a response")
+	if !ok {
+		t.Fatal("the stream closed")
+	}
+	return r
+}
+
+// describe is a response's changes as "put|del key@rev name".
+func describe(r Response) []string {
+	var out []string
+	for _, c := range r.Changes {
+		op := "put"
+		if c.Deleted {
+			op = "del"
 		}
-		return resp.IsProgressNotify() && resp.Header.Revision >= r.Header.Revision
-	}
-	// Sharing: 26 of 330 heard one early in a run; give it up to 30 s.
-	seen, i := false, 0
-	for ; !seen && ctx.Err() == nil; i++ {
-		seen = early(i, shared)
-	}
-	if !seen {
-		t.Fatal("no watch sharing a stream heard a notification before its event: this test cannot tell")
-	}
-	t.Logf("watch %d sharing a stream heard a notification before its event", i)
-	for i := range 50 {
-		if early(1000+i, clientv3.WithRequireLeader(f.streamContext(ctx))) {
-			t.Fatalf("watch %d, on a stream of its own, heard a progress notification before its first event", i)
+		name := "<none>"
+		if m, err := meta.Accessor(c.Object); c.Object != nil && err == nil {
+			name = fmt.Sprintf("%s@%s", m.GetName(), m.GetResourceVersion())
 		}
+		out = append(out, fmt.Sprintf("%s %s@%d %s", op, c.Key, c.Rev, name))
+	}
+	return out
+}
+
+// TestEtcdChanges reads a real etcd's changes: a transaction's puts, and a
+// deletion of several keys, each come as one revision whole with every
+// value read through the transformer at its revision; a progress request
+// is answered on the watch's own stream; an unreadable value and a
+// compacted start end the watch, both with a re-list; and once closed, a
+// watch's progress request cannot open a stream.
+func TestEtcdChanges(t *testing.T) {
+	f := newEtcdChangesFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start, err := f.cli.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev0 := uint64(start.Header.Revision)
+	s := f.changes.Watch(ctx, rev0)
+	defer s.Close()
+
+	// A transaction of three puts, and one key outside the resource.
+	txn, err := f.cli.Txn(ctx).Then(clientv3.OpPut(etcdKey("a"), f.stored(t, "a")), clientv3.OpPut(etcdKey("b"), f.stored(t, "b")),
+		clientv3.OpPut(etcdKey("c"), f.stored(t, "c")), clientv3.OpPut("/registry/podsx/ns/z", "ignored")).Commit()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1 := uint64(txn.Header.Revision)
+	del, err := f.cli.Delete(ctx, "/registry/pods/ns/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2 := uint64(del.Header.Revision)
+	var got []string
+	for len(got) < 6 {
+		got = append(got, describe(next(t, s))...)
+	}
+	want := []string{
+		fmt.Sprintf("put /pods/ns/a@%d a@%d", r1, r1), fmt.Sprintf("put /pods/ns/b@%d b@%d", r1, r1), fmt.Sprintf("put /pods/ns/c@%d c@%d", r1, r1),
+		fmt.Sprintf("del /pods/ns/a@%d a@%d", r2, r2), fmt.Sprintf("del /pods/ns/b@%d b@%d", r2, r2), fmt.Sprintf("del /pods/ns/c@%d c@%d", r2, r2),
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("changes:\n%q\nwant\n%q", got, want)
+	}
+
+	if err := s.RequestProgress(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := next(t, s); r.Progress < r2 || len(r.Changes) > 0 {
+		t.Fatalf("after a progress request: %+v, want a notification at %d or later", r, r2)
+	}
+
+	// A value the transformer cannot read ends the watch, with a re-list.
+	if _, err := f.cli.Put(ctx, etcdKey("bad"), "not transformed"); err != nil {
+		t.Fatal(err)
+	}
+	if r := next(t, s); r.End == nil || r.End.Reason != EndUnreadable || !r.End.Relist {
+		t.Fatalf("after an unreadable value: %+v, want the end, unreadable, with a re-list", r)
+	}
+	s.Close()
+	if err := s.RequestProgress(ctx); err == nil {
+		t.Error("a closed watch's progress request succeeded: it opened a stream no watch uses")
+	}
+
+	// A watch from before a compaction ends at once, with a re-list.
+	if _, err := f.cli.Compact(ctx, int64(r2)); err != nil {
+		t.Fatal(err)
+	}
+	old := f.changes.Watch(ctx, rev0)
+	defer old.Close()
+	if r := next(t, old); r.End == nil || r.End.Reason != EndCompacted || !r.End.Relist {
+		t.Fatalf("a watch from before the compaction: %+v, want the end, compacted, with a re-list", r)
 	}
 }

@@ -77,18 +77,24 @@ func (s *Store[E]) Replace(objs []*object.Object, rv uint64) {
 	s.changed = false
 }
 
-// Apply records an event's effect.
-func (s *Store[E]) Apply(e E) {
-	typ, cur, prev := e.Change()
+// Apply records one revision's events, at once: no reader sees the state
+// with part of them.
+func (s *Store[E]) Apply(rev ...E) {
+	if len(rev) == 0 {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if typ != watch.Deleted {
-		s.putLocked(cur)
-	} else if old, ok := s.tree.Delete(prev); ok {
-		s.stored -= old.StoredSize()
-		s.indexLocked(old, false)
+	for _, e := range rev {
+		typ, cur, prev := e.Change()
+		if typ != watch.Deleted {
+			s.putLocked(cur)
+		} else if old, ok := s.tree.Delete(prev); ok {
+			s.stored -= old.StoredSize()
+			s.indexLocked(old, false)
+		}
 	}
-	s.rv = e.RV()
+	s.rv = max(s.rv, rev[len(rev)-1].RV())
 	s.changed = true
 }
 

@@ -1,0 +1,185 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/runtime"
+	storagevalue "k8s.io/apiserver/pkg/storage/value"
+	"k8s.io/klog/v2"
+)
+
+// EtcdChangesConfig is what EtcdChanges reads and how.
+type EtcdChangesConfig struct {
+	// Client is the etcd the etcd3 store writes to.
+	Client *clientv3.Client
+	// StoragePrefix (storagebackend.Config.Prefix) and ResourcePrefix place
+	// the resource's keys, as the etcd3 store does.
+	StoragePrefix, ResourcePrefix string
+	// Transformer reads stored values, as the etcd3 store's (encryption at
+	// rest); nil reads them as they are.
+	Transformer storagevalue.Transformer
+	// Decode decodes a value the Transformer read, and sets its
+	// resourceVersion to rev.
+	Decode func(data []byte, rev uint64) (runtime.Object, error)
+}
+
+// EtcdChanges is Changes read straight from etcd's watch, with each value
+// read as the etcd3 store reads it. It is what the etcd3 store's watch
+// does for the cache, less what the cache does not need (filtering, and
+// decoding the previous value of a put, since the cache holds it), and
+// with a response's revisions kept whole. Each watch has a
+// clientv3.Watcher of its own, and so a gRPC stream of its own, closed
+// with it: a progress notification on it reports only this watch's
+// progress, and a progress request after the watch ended cannot leave a
+// stream behind, as one on a shared watcher can (issue 56).
+type EtcdChanges struct {
+	cfg    EtcdChangesConfig
+	prefix etcdPrefix
+}
+
+var _ Changes = &EtcdChanges{}
+
+// NewEtcdChanges returns Changes over cfg.
+func NewEtcdChanges(cfg EtcdChangesConfig) *EtcdChanges {
+	return &EtcdChanges{cfg: cfg, prefix: newEtcdPrefix(cfg.StoragePrefix, cfg.ResourcePrefix)}
+}
+
+// responseBuffer is how many responses a watch decodes ahead of the
+// cache: enough to decode while the cache applies, as the etcd3 store's
+// buffers of 100 events do, without holding much.
+const responseBuffer = 16
+
+// Watch implements Changes. The watch requires a leader, as the etcd3
+// store's: a member that loses its leader ends it.
+func (c *EtcdChanges) Watch(ctx context.Context, rev uint64) ChangeStream {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	s := &etcdStream{c: c, ctx: ctx, cancel: cancel, w: clientv3.NewWatcher(c.cfg.Client),
+		out: make(chan Response, responseBuffer), done: make(chan struct{})}
+	wch := s.w.Watch(ctx, c.prefix.rangePrefix, clientv3.WithPrefix(), clientv3.WithRev(int64(rev)+1),
+		clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+	go s.run(wch)
+	return s
+}
+
+// etcdStream is one watch of EtcdChanges.
+type etcdStream struct {
+	c      *EtcdChanges
+	ctx    context.Context
+	cancel context.CancelFunc
+	w      clientv3.Watcher
+	out    chan Response
+	// done is closed when run has returned.
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (s *etcdStream) Responses() <-chan Response { return s.out }
+
+func (s *etcdStream) RequestProgress(ctx context.Context) error {
+	// The watch's context names its stream; ctx bounds the wait.
+	rctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	return s.w.RequestProgress(rctx)
+}
+
+func (s *etcdStream) Close() {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		<-s.done
+		_ = s.w.Close()
+	})
+}
+
+// run turns etcd's responses into the stream's until the watch ends.
+func (s *etcdStream) run(wch clientv3.WatchChan) {
+	defer close(s.done)
+	defer close(s.out)
+	for wres := range wch {
+		var r Response
+		switch {
+		case wres.Err() != nil:
+			end := classifyEtcd(wres.Err())
+			r.End = &end
+		case wres.IsProgressNotify():
+			r.Progress = uint64(wres.Header.Revision)
+		case len(wres.Events) == 0:
+			continue // created, or a fragment's header
+		default:
+			r = s.decode(wres.Events)
+		}
+		select {
+		case s.out <- r:
+		case <-s.ctx.Done():
+			return
+		}
+		if r.End != nil {
+			return
+		}
+	}
+	end := End{Reason: EndClosed, Err: errors.New("the etcd watch closed")}
+	if s.ctx.Err() != nil {
+		end.Err = s.ctx.Err()
+	}
+	select {
+	case s.out <- Response{End: &end}:
+	case <-s.ctx.Done():
+	}
+}
+
+// decode reads a response's events. A put that does not read or decode
+// ends the watch, and the cache lists again: re-watching would meet it
+// again. A deletion's last value that does not is left out, as etcd
+// leaves it out once compacted, and the cache uses the one it holds.
+func (s *etcdStream) decode(events []*clientv3.Event) Response {
+	r := Response{Changes: make([]Change, 0, len(events))}
+	for _, e := range events {
+		ch := Change{Key: s.c.prefix.cacheKey(e.Kv.Key), Rev: uint64(e.Kv.ModRevision), Deleted: e.Type == clientv3.EventTypeDelete}
+		var err error
+		switch {
+		case !ch.Deleted:
+			if ch.Object, err = s.read(e.Kv.Key, e.Kv.Value, ch.Rev); err != nil {
+				end := End{Reason: EndUnreadable, Relist: true, Err: fmt.Errorf("reading %s at %d: %w", ch.Key, ch.Rev, err)}
+				return Response{End: &end}
+			}
+		case e.PrevKv != nil:
+			if ch.Object, err = s.read(e.Kv.Key, e.PrevKv.Value, ch.Rev); err != nil {
+				klog.InfoS("Watch cache could not read a deleted object's last value; using the one it holds",
+					"key", ch.Key, "resourceVersion", ch.Rev, "err", err)
+			}
+		}
+		r.Changes = append(r.Changes, ch)
+	}
+	r.Decoded = time.Now()
+	return r
+}
+
+// read reads a stored value at rev, as the etcd3 store's watch does.
+func (s *etcdStream) read(key, data []byte, rev uint64) (runtime.Object, error) {
+	if t := s.c.cfg.Transformer; t != nil {
+		var err error
+		if data, _, err = t.TransformFromStorage(s.ctx, data, storagevalue.DefaultContext(key)); err != nil {
+			return nil, err
+		}
+	}
+	return s.c.cfg.Decode(data, rev)
+}
+
+// classifyEtcd decides what an error ending an etcd watch means.
+func classifyEtcd(err error) End {
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return End{Reason: EndCompacted, Relist: true, Err: err}
+	case errors.Is(err, rpctypes.ErrNoLeader):
+		return End{Reason: EndNoLeader, Err: err}
+	default:
+		return End{Reason: EndUnavailable, Err: err}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,6 +31,8 @@ type cluster struct {
 	// truthClient reaches only the last member, so that the ground truth's
 	// watch is known to be there when counting a member's watchers.
 	truthClient *clientv3.Client
+	// compactions are those compactToHead made.
+	compactions compactionLog
 }
 
 // startCluster starts cfg's members and waits until they have a leader.
@@ -173,10 +176,41 @@ func (c *cluster) compactToHead(ctx context.Context) error {
 	if _, err := c.client.Put(ctx, compactRevKey, strconv.FormatInt(rev, 10)); err != nil {
 		return err
 	}
+	// Recorded as of the request: a client may see its effect before it
+	// returns.
+	c.compactions.record(rev, time.Now())
 	if _, err = c.client.Compact(ctx, rev); errors.Is(err, rpctypes.ErrCompacted) {
 		return nil // nothing was written since the last compaction
 	}
 	return err
+}
+
+// compactionLog records the compactions of etcd a run made: a 410 for a
+// resourceVersion before one is etcd's own answer, not the server's doing.
+type compactionLog struct {
+	// mu guards revs and ats.
+	mu   sync.Mutex
+	revs []int64
+	ats  []time.Time
+}
+
+func (l *compactionLog) record(rev int64, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.revs, l.ats = append(l.revs, rev), append(l.ats, at)
+}
+
+// before returns the newest compaction requested before t, 0 if none.
+func (l *compactionLog) before(t time.Time) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var rev int64
+	for i, at := range l.ats {
+		if at.Before(t) {
+			rev = max(rev, l.revs[i])
+		}
+	}
+	return rev
 }
 
 // busiestForServer returns which of the first n members holds most of the

@@ -3,6 +3,7 @@ package faults
 import (
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	clientfeatures "k8s.io/client-go/features"
 	clientfeaturestesting "k8s.io/client-go/features/testing"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 )
 
@@ -20,8 +22,18 @@ var (
 	chaos      = flag.Bool("chaos", false, "run every scenario against both servers, and every injected fault (make chaos)")
 	reportPath = flag.String("report", "", "append the results as a Markdown table to this file")
 	soakFor    = flag.Duration("soak", 0, "run the chaos soak for this long instead of the scenarios (make soak)")
-	soakSeed   = flag.Uint64("seed", 0, "the soak's seed; 0 takes one from the clock (the log prints it)")
+	seedFlag   = flag.Uint64("seed", 0, "the seed of every run (the soak's faults, and every run's traffic); 0 takes one from the clock (the log prints it)")
+	rbSeeds    = flag.Int("robustness.seeds", 1, "seeds of each profile TestRobustness runs")
 )
+
+// newSeed is the seed of a run: -seed, or a random one, which the run's
+// log prints so that it can be replayed.
+func newSeed() uint64 {
+	if *seedFlag != 0 {
+		return *seedFlag
+	}
+	return rand.Uint64()
+}
 
 // shortScenarios are the scenarios make test runs against upstream
 // beside ours, which runs every scenario: those where replicas go, that
@@ -93,8 +105,9 @@ func TestFaults(t *testing.T) {
 			impls = []string{ours}
 		}
 		storms := map[string]*stormResult{}
+		seed := newSeed()
 		for _, impl := range impls {
-			t.Run(sc.name+"/"+impl, func(t *testing.T) { storms[impl] = runScenario(t, sc, impl).storm })
+			t.Run(sc.name+"/"+impl, func(t *testing.T) { storms[impl] = runScenario(t, sc, impl, seed).storm })
 		}
 		if msg := stormSlower(storms[ours], storms[upstream]); msg != "" {
 			t.Errorf("%s: %s", sc.name, msg)
@@ -125,8 +138,9 @@ func stormSlower(o, u *stormResult) string {
 // runScenario runs sc against impl, records its row of the table, fails on
 // what the harness could not measure, and, against ours, asserts the
 // issue's targets.
-func runScenario(t *testing.T, sc scenario, impl string) *result {
-	r := run(t, sc, impl, "")
+func runScenario(t *testing.T, sc scenario, impl string, seed uint64) *result {
+	t.Logf("seed %d: replay with go test ./test/faults -run 'TestFaults/%s/%s' -args -seed %d", seed, sc.name, impl, seed)
+	r := run(t, sc, impl, "", seed)
 	record(r)
 	for _, h := range r.harnessErrors {
 		t.Errorf("harness: %s", h)
@@ -143,7 +157,7 @@ func runScenario(t *testing.T, sc scenario, impl string) *result {
 // it asserts what every scenario does, and that the server's goroutines,
 // open file descriptors and heap end within 10% of where they began.
 func runSoak(t *testing.T) {
-	seed := *soakSeed
+	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
@@ -156,7 +170,7 @@ func runSoak(t *testing.T) {
 	}
 	for _, impl := range impls {
 		t.Run(sc.name+"/"+impl, func(t *testing.T) {
-			r := runScenario(t, sc, impl)
+			r := runScenario(t, sc, impl, seed)
 			if impl != ours {
 				return
 			}
@@ -183,8 +197,8 @@ const readyBound = 10 * time.Second
 
 func assertOurs(t *testing.T, sc scenario, r *result) {
 	t.Helper()
-	if n := r.total(); n > 0 {
-		t.Errorf("%d invariant violations", n)
+	if n := r.Total(); n > 0 {
+		t.Errorf("%d invariant violations: %v", n, r.Violations)
 	}
 	if r.undelivered > 0 {
 		t.Errorf("%d sentinels written after the heal never reached their streams", r.undelivered)
@@ -195,8 +209,11 @@ func assertOurs(t *testing.T, sc scenario, r *result) {
 	if r.ended410 > 0 {
 		t.Errorf("%d streams ended with 410, want none", r.ended410)
 	}
-	if r.relists > 0 {
-		t.Errorf("clients re-listed %d times, want none", r.relists)
+	// A stream that went back to a resourceVersion etcd compacted away
+	// re-lists after its 410: etcd's answer. Nothing else may re-list.
+	if r.relists > r.compacted410 && !sc.compacts {
+		t.Errorf("clients re-listed %d times, %d of them after etcd compacted what they held; want only those",
+			r.relists, r.compacted410)
 	}
 	if r.writesStalled {
 		t.Errorf("writes did not resume within %v of the heal", resumeBound)
@@ -261,20 +278,32 @@ func assertOurs(t *testing.T, sc scenario, r *result) {
 func TestInjectedFaultsAreCaught(t *testing.T) {
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, true)
 	tests := []struct {
-		fault   string
-		counter func(*result) int
+		fault    string
+		scenario string
+		counter  func(*result) int
+		// short runs it in make test; make chaos runs every one.
+		short bool
 	}{
-		{"drop", func(r *result) int { return r.missed }},
-		{"duplicate", func(r *result) int { return r.duplicated }},
-		{"reorder", func(r *result) int { return r.outOfOrder }},
-		{"early-bookmark", func(r *result) int { return r.bookmarks }},
+		{fault: "drop", scenario: "baseline", counter: func(r *result) int { return r.Reliable }, short: true},
+		{fault: "duplicate", scenario: "baseline", counter: func(r *result) int { return r.Unique }},
+		{fault: "reorder", scenario: "baseline", counter: func(r *result) int { return r.Ordered }},
+		{fault: "early-bookmark", scenario: "baseline", counter: func(r *result) int { return r.Bookmarkable }},
+		// Issue 56's: a revision's last event dropped, a list missing one
+		// of its revision's events, the history's floor moved by progress,
+		// and /readyz without the caches.
+		{fault: string(inject.DropLastOfRevision), scenario: "baseline", counter: func(r *result) int { return r.Atomic + r.Reliable }},
+		{fault: string(inject.ListMissesRevisionEvent), scenario: "baseline", counter: func(r *result) int { return r.Lists }},
+		{fault: string(inject.FloorOnProgress), scenario: "server restart over a compacted etcd",
+			counter: func(r *result) int { return r.ended410 + r.Resumable }},
+		{fault: string(inject.ReadyzWithoutCache), scenario: "server restart over a compacted etcd",
+			counter: func(r *result) int { return r.Readiness }, short: true},
 	}
 	for _, tc := range tests {
-		if !*chaos && tc.fault != "drop" {
+		if !*chaos && !tc.short {
 			continue
 		}
 		t.Run(tc.fault, func(t *testing.T) {
-			r := run(t, scenarioNamed("baseline"), ours, tc.fault)
+			r := run(t, scenarioNamed(tc.scenario), ours, tc.fault, newSeed())
 			record(r)
 			for _, h := range r.harnessErrors {
 				t.Errorf("harness: %s", h)

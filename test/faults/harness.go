@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
+	"github.com/cached-apiserver/cached-apiserver/internal/watchcheck"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
@@ -32,6 +33,9 @@ const (
 	// writesAfterHeal is how much traffic must go through after the heal
 	// before the sentinels.
 	writesAfterHeal = 20
+	// txnInterval is how often the transaction writer writes beside the
+	// servers: 5 transactions of 2–12 keys a second.
+	txnInterval = 200 * time.Millisecond
 	// sentinelDeadline is how long after the heal every open stream gets
 	// to receive a write made after it: the 5 s, plus the time the
 	// writes themselves take to go through again.
@@ -66,9 +70,12 @@ type env struct {
 	servers  []*apiServer
 	balancer *testkit.Balancer
 	// client is the writer's, lister's and final checks' client.
-	client    versioned.Interface
-	truth     *truth
-	writer    *writer
+	client versioned.Interface
+	// truth and agentTruth are etcd's history of the two resources.
+	truth, agentTruth *truth
+	writer            *writer
+	// txns writes transactions straight to etcd, beside the servers.
+	txns      *txnWriter
 	lists     *listLog
 	streams   []*stream
 	probes    []*stream
@@ -218,6 +225,24 @@ func fiftyStreams(first int) []watchSpec {
 	add(4, selector{}, true)
 	add(3, selector{field: "spec.agentName=agent-2"}, true)
 	add(3, selector{label: "tier=silver"}, true)
+	// The idle resource beside the busy one: its caches hear mostly
+	// progress notifications.
+	add(2, selector{resource: agentsRes}, false)
+	add(1, selector{resource: agentsRes, field: "spec.zone=zone-a"}, false)
+	add(1, selector{resource: agentsRes}, true)
+	// Consumers at every speed, and clients that go back to any
+	// resourceVersion they were handed: a few of each, on both resources.
+	for i := range specs {
+		switch i % 10 {
+		case 1, 6:
+			specs[i].pause = time.Duration(400+1600*(i%5)/5) * time.Microsecond
+		case 3:
+			specs[i].backEvery = 30 + 20*(i%7)
+		}
+		if specs[i].sel.resource == agentsRes && i%2 == 0 {
+			specs[i].backIdle = 2 * time.Second
+		}
+	}
 	return specs
 }
 
@@ -290,10 +315,10 @@ func setUp(t *testing.T, sc scenario, impl, injected string) *env {
 	return e
 }
 
-func run(t *testing.T, sc scenario, impl, injected string) *result {
+func run(t *testing.T, sc scenario, impl, injected string, seed uint64) *result {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := &result{scenario: sc.name, server: impl}
+	r := &result{scenario: sc.name, server: impl, seed: seed}
 	if injected != "" {
 		r.server = impl + " (" + injected + " injected)"
 	}
@@ -301,10 +326,13 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 	// The truth begins before the first write, so that it can tell the
 	// state at any resourceVersion a list of the server's may carry.
 	var err error
-	if e.truth, err = startTruth(ctx, e.cluster.truthClient); err != nil {
+	if e.truth, err = startTruth(ctx, e.cluster.truthClient, etcdPrefix); err != nil {
 		t.Fatal(err)
 	}
-	e.writer = newWriter(e.client, 1)
+	if e.agentTruth, err = startTruth(ctx, e.cluster.truthClient, agentsEtcdPrefix); err != nil {
+		t.Fatal(err)
+	}
+	e.writer = newWriter(e.client, seed)
 	if err := e.writer.populate(ctx, populated); err != nil {
 		t.Fatalf("populating: %v", err)
 	}
@@ -356,8 +384,10 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 	trafficCtx, stopTraffic := context.WithCancel(ctx)
 	defer stopTraffic()
 	var trafficWG sync.WaitGroup
-	trafficWG.Add(2)
+	trafficWG.Add(3)
 	go func() { defer trafficWG.Done(); e.writer.run(trafficCtx, writeRate) }()
+	e.txns = newTxnWriter(e.cluster.client, seed, e.writer.ack)
+	go func() { defer trafficWG.Done(); e.txns.run(trafficCtx, txnInterval) }()
 	lists := e.newClient(sc.clientsTo)
 	go func() { defer trafficWG.Done(); lister(trafficCtx, lists, e.lists, e.writer.acked.Load) }()
 
@@ -396,6 +426,9 @@ func run(t *testing.T, sc scenario, impl, injected string) *result {
 
 	atHeal := e.writer.succeeded()
 	r.readyAgain = e.readyAgain(ctx, healed)
+	for _, s := range e.streams {
+		s.settle()
+	}
 	e.sentinels(ctx, r, healed)
 	if err := e.waitWrites(ctx, atHeal+writesAfterHeal, resumeBound); err != nil {
 		r.writesStalled = true
@@ -469,8 +502,10 @@ func (e *env) sentinels(ctx context.Context, r *result, healed time.Time) {
 // then compares each informer's store with a fresh list.
 func (e *env) finish(ctx context.Context, r *result) {
 	last := e.writer.acked.Load()
-	if err := e.truth.waitFor(ctx, e.cluster.truthClient, last); err != nil {
-		e.tb.Fatalf("the ground truth never reached %d: %v", last, err)
+	for _, t := range []*truth{e.truth, e.agentTruth} {
+		if err := t.WaitFor(ctx, e.cluster.truthClient, last, 30*time.Second); err != nil {
+			e.tb.Fatalf("the ground truth never reached %d: %v", last, err)
+		}
 	}
 	// A write the writer gave up on when the traffic stopped may still
 	// commit after last: each attempt compares with a list made then.
@@ -485,33 +520,48 @@ func (e *env) finish(ctx context.Context, r *result) {
 	relist()
 	for _, inf := range e.informers {
 		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			if diffItems(itemsOf(fresh.Items), inf.items()) == "" {
+			if d, _ := watchcheck.Diff(itemsOf(fresh.Items), inf.items()); d == "" {
 				return true, nil
 			}
 			relist()
-			return diffItems(itemsOf(fresh.Items), inf.items()) == "", nil
+			d, _ := watchcheck.Diff(itemsOf(fresh.Items), inf.items())
+			return d == "", nil
 		}); err != nil {
-			r.note(&r.lists, "%s: store differs from a fresh list at %s: %s", inf.name, fresh.ResourceVersion, diffItems(itemsOf(fresh.Items), inf.items()))
+			d, _ := watchcheck.Diff(itemsOf(fresh.Items), inf.items())
+			r.Note(&r.Lists, "%s: store differs from a fresh list at %s: %s", inf.name, fresh.ResourceVersion, d)
 		}
 		r.relists += inf.relists()
 	}
+	txns, failed := e.txns.counts()
+	r.notef("%d transactions and agents written beside the server; failed: %v", txns, failed)
+}
+
+// truthOf returns the truth of sel's resource.
+func (e *env) truthOf(sel selector) *truth {
+	if sel.resource == agentsRes {
+		return e.agentTruth
+	}
+	return e.truth
 }
 
 // validate checks every stream and list against the truth.
 func (e *env) validate(r *result) {
-	history, err := e.truth.history()
-	if err != nil {
-		e.tb.Fatalf("the ground truth is incomplete: %v", err)
-	}
 	check := func(s *stream, probe bool) {
 		m, err := newMatcher(s.spec.sel)
 		if err != nil {
 			e.tb.Fatal(err)
 		}
+		changes, err := e.truthOf(s.spec.sel).Changes()
+		if err != nil {
+			e.tb.Fatalf("the ground truth is incomplete: %v", err)
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, seg := range s.segments {
-			r.add(validateSegment(s.spec.name, history, m, seg))
+			if seg.initial != nil {
+				continue // a watch-list that never completed its state: nothing to check
+			}
+			r.Add(watchcheck.CheckSegment(s.spec.name, changes, m.matches, seg.check()))
 		}
 		for _, end := range s.ends {
 			switch {
@@ -522,8 +572,12 @@ func (e *env) validate(r *result) {
 				}
 			case end.timedOut():
 				r.timedOut++
+			case end.reason == end410 && end.from < e.cluster.compactions.before(end.at):
+				// etcd compacted past where it resumed: etcd's own answer.
+				r.compacted410++
 			case end.reason == end410:
 				r.ended410++
+				r.notef("%s ended with %s, resuming from %d", s.spec.name, end.msg, end.from)
 			case end.reason == endError:
 				r.endedError++
 				r.notef("%s ended with %s", s.spec.name, end.msg)
@@ -547,7 +601,15 @@ func (e *env) validate(r *result) {
 	e.lists.mu.Lock()
 	defer e.lists.mu.Unlock()
 	for _, l := range e.lists.lists {
-		r.add(validateList(e.truth, l))
+		m, err := newMatcher(l.sel)
+		if err != nil {
+			e.tb.Fatal(err)
+		}
+		list := watchcheck.List{Who: l.who, Rev: l.rv, Items: l.items}
+		if l.consistent {
+			list.MinRev = l.minRV
+		}
+		r.Add(watchcheck.CheckList(e.truthOf(l.sel), m.matches, list))
 	}
 	for what, n := range e.lists.errors {
 		r.listErrors += n
@@ -567,6 +629,9 @@ func (e *env) validate(r *result) {
 		r.notef("%d × write %s failed", n, what)
 	}
 	e.writer.mu.Unlock()
+	for _, s := range e.servers {
+		r.Add(s.checkReadiness())
+	}
 }
 
 // resumeBound is how long after the heal /readyz may fail and writes may

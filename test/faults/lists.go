@@ -62,7 +62,7 @@ func (l *listLog) fail(what string, err error) {
 
 // lister lists all assignments in the three ways clients do, in turn,
 // until ctx ends: consistent, at resourceVersion 0, and in pages of 25
-// following continue tokens. Failures while a fault is on are expected; a
+// following continue tokens; and, every fourth, all agents. Failures while a fault is on are expected; a
 // list that succeeds must equal the truth.
 func lister(ctx context.Context, client versioned.Interface, log *listLog, acked func() int64) {
 	assignments := noRetries{client.FleetV1beta1().RESTClient()}
@@ -76,7 +76,22 @@ func lister(ctx context.Context, client versioned.Interface, log *listLog, acked
 		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		lists := failures{log, ctx}
-		switch i % 3 {
+		switch i % 4 {
+		case 3:
+			// The idle resource, read consistently: its cache hears only
+			// progress notifications while the other is written.
+			minRV := acked()
+			out := &v1beta1.AgentList{}
+			if err := assignments.Get().Resource("agents").MaxRetries(0).Do(rctx).Into(out); err != nil {
+				lists.fail("consistent list of agents", err)
+			} else {
+				items := map[string]int64{}
+				for _, a := range out.Items {
+					items[a.Name] = parseRV(a.ResourceVersion)
+				}
+				lists.add(listResult{who: "lister (agents)", sel: selector{resource: agentsRes}, rv: parseRV(out.ResourceVersion),
+					items: items, consistent: true, minRV: minRV})
+			}
 		case 0:
 			minRV := acked()
 			if l, err := assignments.List(rctx, metav1.ListOptions{}); err != nil {

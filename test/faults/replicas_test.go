@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/watchcheck"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 )
 
@@ -78,7 +79,7 @@ func TestReplicasAgree(t *testing.T) {
 			if err != nil {
 				t.Fatalf("exact list through B at A's %s: %v", first.ResourceVersion, err)
 			}
-			if d := diffItems(items, itemsOf(exact.Items)); d != "" || len(items) != 200 {
+			if d, _ := watchcheck.Diff(items, itemsOf(exact.Items)); d != "" || len(items) != 200 {
 				t.Errorf("A's paged list (%d items) and B's exact list at %s differ: %s", len(items), first.ResourceVersion, d)
 			}
 		})

@@ -7,15 +7,20 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/watchcheck"
 )
 
 // result is one scenario run against one server.
 type result struct {
 	scenario, server string
-	violations
+	// seed is the run's: the same seed draws the same traffic.
+	seed uint64
+	watchcheck.Violations
 	// Streams ended, by how. Probes from old resourceVersions are counted
-	// apart: their 410s are what compaction promises.
-	ended410, endedError, endedClosed int
+	// apart: their 410s are what compaction promises. So are the 410s of
+	// streams that resumed from before one of etcd's compactions.
+	ended410, endedError, endedClosed, compacted410 int
 	// timedOut counts watches the server ended at their timeout (30–60
 	// minutes without timeoutSeconds): not a fault's doing, and not
 	// counted as ended.
@@ -77,8 +82,8 @@ func (r *result) notef(format string, args ...any) {
 // server. Repeated runs (go test -count) share a row: counts are summed,
 // times are the median with the range.
 func writeTable(w io.Writer, results []*result) {
-	fmt.Fprintln(w, "| scenario | server | runs | missed | dup | out of order | other violations | ended 410 | ended error | ended closed | client re-lists | cache re-lists | cache re-watches | recovery | sentinel p100 | /readyz unready | writes ok/failed |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| scenario | server | runs | ordered | unique | atomic | bookmarkable | reliable | resumable | lists | readiness | ended 410 | ended error | ended closed | client re-lists | cache re-lists | cache re-watches | recovery | sentinel p100 | /readyz unready | writes ok/failed |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	type key struct{ scenario, server string }
 	var order []key
 	groups := map[key][]*result{}
@@ -96,8 +101,9 @@ func writeTable(w io.Writer, results []*result) {
 		var recovery, sentinel []time.Duration
 		unready := 0
 		for _, r := range g {
-			sum.add(r.violations)
+			sum.Add(r.Violations)
 			sum.ended410 += r.ended410
+			sum.compacted410 += r.compacted410
 			sum.endedError += r.endedError
 			sum.endedClosed += r.endedClosed
 			sum.probes += r.probes
@@ -113,8 +119,10 @@ func writeTable(w io.Writer, results []*result) {
 				unready++
 			}
 		}
-		other := sum.unexpected + sum.bookmarks + sum.lists
 		ended410 := fmt.Sprint(sum.ended410)
+		if sum.compacted410 > 0 {
+			ended410 += fmt.Sprintf(" (+%d compacted)", sum.compacted410)
+		}
 		if sum.probes > 0 {
 			ended410 += fmt.Sprintf(" (+%d/%d probes)", sum.probes410, sum.probes)
 		}
@@ -122,8 +130,9 @@ func writeTable(w io.Writer, results []*result) {
 		if strings.HasPrefix(k.server, ours) {
 			rewatches = fmt.Sprint(sum.cacheRewatches)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %d | %s | %d | %d | %d | %d | %s | %s | %s | %d/%d | %d/%d |\n",
-			k.scenario, k.server, len(g), sum.missed, sum.duplicated, sum.outOfOrder, other, ended410, sum.endedError,
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %d | %d | %d | %d | %s | %s | %s | %d/%d | %d/%d |\n",
+			k.scenario, k.server, len(g), sum.Ordered, sum.Unique, sum.Atomic, sum.Bookmarkable, sum.Reliable, sum.Resumable,
+			sum.Lists+sum.Consistent, sum.Readiness, ended410, sum.endedError,
 			sum.endedClosed, sum.relists, sum.cacheRelists, rewatches, spread(recovery), spread(sentinel),
 			unready, len(g), sum.writesOK, sum.writesFailed)
 	}
@@ -153,10 +162,9 @@ func round(d time.Duration) string {
 // summary is a one-line account of a result for the test log.
 func (r *result) summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s/%s: missed=%d dup=%d ooo=%d unexpected=%d bookmarks=%d lists=%d ended(410/err/closed)=%d/%d/%d relists=%d cacheRelists=%d rewatches=%d recovery=%v sentinel=%v undelivered=%d checksFailed=%d writes=%d/%d",
-		r.scenario, r.server, r.missed, r.duplicated, r.outOfOrder, r.unexpected, r.bookmarks, r.lists,
-		r.ended410, r.endedError, r.endedClosed, r.relists, r.cacheRelists, r.cacheRewatches, round(r.recovery), round(r.sentinelLatency),
-		r.undelivered, r.checksFailed, r.writesOK, r.writesFailed)
+	fmt.Fprintf(&b, "%s/%s (seed %d): %v ended(410/compacted 410/err/closed)=%d/%d/%d/%d relists=%d cacheRelists=%d rewatches=%d recovery=%v sentinel=%v undelivered=%d checksFailed=%d writes=%d/%d",
+		r.scenario, r.server, r.seed, r.Violations, r.ended410, r.compacted410, r.endedError, r.endedClosed, r.relists, r.cacheRelists,
+		r.cacheRewatches, round(r.recovery), round(r.sentinelLatency), r.undelivered, r.checksFailed, r.writesOK, r.writesFailed)
 	fmt.Fprintf(&b, " readyAgain=%v timedOut=%d", round(r.readyAgain), r.timedOut)
 	for _, n := range r.notes {
 		b.WriteString("\n  note: " + n)
@@ -164,7 +172,7 @@ func (r *result) summary() string {
 	for _, h := range r.harnessErrors {
 		b.WriteString("\n  harness error: " + h)
 	}
-	for _, d := range r.details {
+	for _, d := range r.Details {
 		b.WriteString("\n  violation: " + d)
 	}
 	return b.String()

@@ -7,9 +7,17 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// selector is what one client asks for: a namespace (or all), a label
-// selector and a field selector, in the API's syntax.
+// The resources a client reads: assignments, written busily, and agents,
+// idle most of the time.
+const (
+	assignments = ""
+	agentsRes   = "agents"
+)
+
+// selector is what one client asks for: a resource, a namespace (or all),
+// a label selector and a field selector, in the API's syntax.
 type selector struct {
+	resource  string
 	namespace string
 	label     string
 	field     string
@@ -19,6 +27,9 @@ func (s selector) String() string {
 	out := "all"
 	if s.namespace != "" {
 		out = "ns=" + s.namespace
+	}
+	if s.resource != assignments {
+		out = s.resource + " " + out
 	}
 	if s.label != "" {
 		out += " l:" + s.label
@@ -57,8 +68,9 @@ func (m matcher) matches(o *objState) bool {
 	if o == nil || (m.sel.namespace != "" && o.namespace != m.sel.namespace) {
 		return false
 	}
-	return m.label.Matches(labels.Set(o.labels)) && m.field.Matches(fields.Set{
-		"metadata.name": o.name, "metadata.namespace": o.namespace,
-		"spec.agentName": o.agent, "status.phase": o.phase,
-	})
+	f := fields.Set{"metadata.name": o.name, "metadata.namespace": o.namespace, "spec.agentName": o.agent, "status.phase": o.phase}
+	if m.sel.resource == agentsRes {
+		f = fields.Set{"metadata.name": o.name, "spec.zone": o.zone}
+	}
+	return m.label.Matches(labels.Set(o.labels)) && m.field.Matches(f)
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
+	"github.com/cached-apiserver/cached-apiserver/internal/watchcheck"
 )
 
 // The servers a scenario runs against.
@@ -40,6 +42,10 @@ type apiServer struct {
 	// config reaches the server as its admin, from the kubeconfig it writes.
 	config *rest.Config
 	raw    *rest.RESTClient
+	// mu guards starts, and what they record.
+	mu sync.Mutex
+	// starts records each start of the server: its readiness.
+	starts []*start
 }
 
 // startServer runs bin over etcdServers and waits until it is ready. env
@@ -75,8 +81,29 @@ func startServer(tb testing.TB, impl, bin, dir string, etcdServers []string, env
 	return s
 }
 
+// readinessPoll is how often a starting server's /readyz and lists are
+// tried: 10 times finer than the 0.2 s readiness may trail the lists by.
+const readinessPoll = 20 * time.Millisecond
+
+// start is what one start of the server showed: when /readyz first said
+// ready, and when each resource first listed.
+type start struct {
+	at     time.Time
+	readyz time.Time
+	// listed is when each resource first listed, by resource.
+	listed map[string]time.Time
+}
+
+// waitReady waits until /readyz answers 200, and records when it did and
+// when each resource first listed: /readyz must not say ready before
+// every resource's cache serves (checkReadiness). Lists that still fail
+// then are tried on, for up to a minute, in the background.
 func (s *apiServer) waitReady(ctx context.Context, kubeconfig string) error {
-	return wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+	st := &start{at: time.Now(), listed: map[string]time.Time{}}
+	s.mu.Lock()
+	s.starts = append(s.starts, st)
+	s.mu.Unlock()
+	err := wait.PollUntilContextCancel(ctx, readinessPoll, true, func(ctx context.Context) (bool, error) {
 		if !s.proc.Running() {
 			return false, fmt.Errorf("%s exited", s.impl)
 		}
@@ -95,8 +122,79 @@ func (s *apiServer) waitReady(ctx context.Context, kubeconfig string) error {
 			}
 			s.config, s.raw = cfg, rc
 		}
-		return s.readyz(ctx) == http.StatusOK, nil
+		s.tryLists(ctx, st)
+		if s.readyz(ctx) != http.StatusOK {
+			return false, nil
+		}
+		s.mu.Lock()
+		st.readyz = time.Now()
+		s.mu.Unlock()
+		return true, nil
 	})
+	if err == nil {
+		go func() {
+			lctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = wait.PollUntilContextCancel(lctx, readinessPoll, true, func(ctx context.Context) (bool, error) {
+				return s.tryLists(ctx, st), nil
+			})
+		}()
+	}
+	return err
+}
+
+// listed are the resources a start's lists read.
+var listed = []string{"assignments", "agents"}
+
+// tryLists lists each resource that has not listed yet in st, once,
+// consistently and without retries, and reports whether all have.
+func (s *apiServer) tryLists(ctx context.Context, st *start) bool {
+	done := true
+	for _, res := range listed {
+		s.mu.Lock()
+		_, ok := st.listed[res]
+		s.mu.Unlock()
+		if ok {
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		var code int
+		s.raw.Get().AbsPath("/apis/fleet.example.com/v1beta1", res).Param("limit", "1").MaxRetries(0).Do(lctx).StatusCode(&code)
+		cancel()
+		if code != http.StatusOK {
+			done = false
+			continue
+		}
+		s.mu.Lock()
+		st.listed[res] = time.Now()
+		s.mu.Unlock()
+	}
+	return done
+}
+
+// checkReadiness counts each start of the server whose /readyz said ready
+// before a resource listed: a rolling update then takes the next old pod
+// down while the new one refuses reads (issue 56).
+func (s *apiServer) checkReadiness() watchcheck.Violations {
+	var v watchcheck.Violations
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, st := range s.starts {
+		if st.readyz.IsZero() {
+			continue
+		}
+		for _, res := range listed {
+			switch at, ok := st.listed[res]; {
+			case !ok:
+				v.Note(&v.Readiness, "%s, start %d: /readyz said ready at %+.2fs; %s never listed", s.proc.Name(), i,
+					st.readyz.Sub(st.at).Seconds(), res)
+			case at.After(st.readyz):
+				v.Note(&v.Readiness, "%s, start %d: /readyz said ready at %+.2fs, %s listed only at %+.2fs", s.proc.Name(), i,
+					st.readyz.Sub(st.at).Seconds(), res, at.Sub(st.at).Seconds())
+			}
+		}
+	}
+	return v
 }
 
 // readyz returns /readyz's status code, or 0 if it did not answer.

@@ -3,17 +3,19 @@ package faults
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
-	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
+	"github.com/cached-apiserver/cached-apiserver/internal/watchcheck"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
 
@@ -23,6 +25,9 @@ const (
 	endError  = "error"
 	endClosed = "closed"
 	endCancel = "cancel"
+	// endBack: the client stopped reading to watch again from another
+	// resourceVersion it was handed.
+	endBack = "back"
 )
 
 // watchSpec is one raw watch client.
@@ -36,6 +41,15 @@ type watchSpec struct {
 	// probeFrom, when set, makes a probe: one watch from this old
 	// resourceVersion, never resumed, to see a 410 or the events after it.
 	probeFrom int64
+	// pause is how long the consumer takes over each event, as a slow
+	// agent does: the server must neither close it nor lose its events.
+	pause time.Duration
+	// backEvery and backIdle make the client go back, after that many
+	// events or that long without one, to any resourceVersion it was
+	// handed (a list's, an event's, a bookmark's, a watch-list's end) and
+	// watch from there; 0 never.
+	backEvery int
+	backIdle  time.Duration
 }
 
 // received is one event or bookmark a stream delivered after its initial state.
@@ -46,17 +60,28 @@ type received struct {
 	at  time.Time
 }
 
-// segment is a stream's run from one list (or watch-list state) to the
-// next: it resumes from the last resourceVersion seen after every end that
-// is not a 410.
+// segment is one watch connection's stream, from the resourceVersion it
+// started after: a list's or a watch-list's, or one the client held.
 type segment struct {
 	from   int64
 	events []received
-	// last is the resourceVersion the next watch resumes from.
+	// last is the newest resourceVersion it delivered: where the next
+	// watch resumes.
 	last int64
 	// initial collects a watch-list's initial state until its end
 	// bookmark; nil once the state is complete.
 	initial map[string]int64
+	// cut says the client, not the server, stopped reading it.
+	cut bool
+}
+
+// check is the segment as the checker reads it.
+func (s *segment) check() watchcheck.Segment {
+	out := watchcheck.Segment{From: s.from, Cut: s.cut, Items: make([]watchcheck.Item, len(s.events))}
+	for i, e := range s.events {
+		out.Items[i] = watchcheck.Item{Type: e.typ, Key: e.key, Rev: e.rv}
+	}
+	return out
 }
 
 // connEnd is how one watch connection ended.
@@ -64,6 +89,8 @@ type connEnd struct {
 	reason string
 	at     time.Time
 	msg    string
+	// from is the resourceVersion the connection watched from.
+	from int64
 	// empty is whether the connection delivered nothing after its initial
 	// state, not even a bookmark: client-go's reflector re-lists after
 	// such a watch if it lasted under a second, and a server shutting down
@@ -92,6 +119,7 @@ type stream struct {
 	lists   *listLog
 	acked   func() int64
 	pauseCh chan time.Duration
+	rnd     *rand.Rand
 
 	// mu guards the records below.
 	mu       sync.Mutex
@@ -106,25 +134,67 @@ type stream struct {
 	opened int
 	// seen is when each key first arrived, for the sentinels.
 	seen map[string]time.Time
+	// handed holds the resourceVersions the client was handed.
+	handed []int64
+	// settled stops going back: the run is ending.
+	settled bool
 }
 
 func newStream(spec watchSpec, client versioned.Interface, lists *listLog, acked func() int64) *stream {
 	return &stream{spec: spec, client: client, lists: lists, acked: acked, pauseCh: make(chan time.Duration, 1),
-		seen: map[string]time.Time{}}
+		seen: map[string]time.Time{}, rnd: rand.New(rand.NewPCG(uint64(len(spec.name)), uint64(spec.probeFrom)))}
 }
 
 // pause makes the consumer stop reading for d, as a stalled client does.
 func (s *stream) pause(d time.Duration) { s.pauseCh <- d }
 
+// settle stops the client going back to older resourceVersions, so that
+// it reads on to the end of the run.
+func (s *stream) settle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settled = true
+}
+
 func (s *stream) opts() metav1.ListOptions {
 	return metav1.ListOptions{LabelSelector: s.spec.sel.label, FieldSelector: s.spec.sel.field, AllowWatchBookmarks: s.spec.bookmarks}
 }
 
-func (s *stream) assignments() interface {
-	List(context.Context, metav1.ListOptions) (*v1beta1.AssignmentList, error)
-	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
-} {
-	return s.client.FleetV1beta1().Assignments(s.spec.sel.namespace)
+// list lists the stream's resource with opts, and returns the list's
+// resourceVersion and its items' keys and resourceVersions.
+func (s *stream) list(ctx context.Context, opts metav1.ListOptions) (int64, map[string]int64, error) {
+	if s.spec.sel.resource == agentsRes {
+		l, err := s.client.FleetV1beta1().Agents().List(ctx, opts)
+		if err != nil {
+			return 0, nil, err
+		}
+		items := map[string]int64{}
+		for _, a := range l.Items {
+			items[a.Name] = parseRV(a.ResourceVersion)
+		}
+		return parseRV(l.ResourceVersion), items, nil
+	}
+	l, err := s.client.FleetV1beta1().Assignments(s.spec.sel.namespace).List(ctx, opts)
+	if err != nil {
+		return 0, nil, err
+	}
+	return parseRV(l.ResourceVersion), itemsOf(l.Items), nil
+}
+
+// watch watches the stream's resource with opts.
+func (s *stream) watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if s.spec.sel.resource == agentsRes {
+		return s.client.FleetV1beta1().Agents().Watch(ctx, opts)
+	}
+	return s.client.FleetV1beta1().Assignments(s.spec.sel.namespace).Watch(ctx, opts)
+}
+
+// keyOf is the harness's key of an object a stream received.
+func (s *stream) keyOf(m metav1.Object) string {
+	if s.spec.sel.resource == agentsRes {
+		return m.GetName()
+	}
+	return m.GetNamespace() + "/" + m.GetName()
 }
 
 // run syncs and watches until ctx ends.
@@ -152,17 +222,24 @@ func (s *stream) run(ctx context.Context) {
 				seg = &segment{initial: map[string]int64{}}
 			} else {
 				var err error
-				if seg, err = s.list(ctx); err != nil {
+				if seg, err = s.sync(ctx); err != nil {
 					s.failedOpen(ctx, &backoff, err)
 					continue
 				}
 			}
 		}
 		if seg.initial == nil {
-			opts.ResourceVersion = strconv.FormatInt(seg.last, 10)
+			opts.ResourceVersion = strconv.FormatInt(seg.from, 10)
 		}
-		w, err := s.assignments().Watch(ctx, opts)
+		w, err := s.watch(ctx, opts)
 		if err != nil {
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				s.mu.Lock()
+				s.ends = append(s.ends, connEnd{reason: end410, at: time.Now(), msg: err.Error(), from: seg.from})
+				s.mu.Unlock()
+				seg = nil
+				continue
+			}
 			if seg.initial != nil {
 				seg = nil // the watch-list never started; sync again
 				first = true
@@ -175,14 +252,19 @@ func (s *stream) run(ctx context.Context) {
 		s.opened++
 		s.mu.Unlock()
 		opened := time.Now()
-		e := s.consume(ctx, w, seg)
+		e, next := s.consume(ctx, w, seg)
 		e.lasted = e.at.Sub(opened)
 		w.Stop()
 		s.mu.Lock()
 		s.ends = append(s.ends, e)
 		s.mu.Unlock()
-		if e.reason == end410 || seg.initial != nil {
+		switch {
+		case e.reason == end410 || seg.initial != nil:
 			seg = nil
+		default:
+			// Each connection is a segment of its own, from where the
+			// client resumes.
+			seg = &segment{from: next, last: next}
 		}
 		if e.reason != endCancel {
 			backoff = wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: time.Second}
@@ -210,38 +292,51 @@ func (s *stream) failedOpen(ctx context.Context, backoff *wait.Backoff, err erro
 	}
 }
 
-// list reads the selected objects with a consistent list and starts a segment at its resourceVersion.
-func (s *stream) list(ctx context.Context) (*segment, error) {
+// sync reads the selected objects with a consistent list and starts a segment at its resourceVersion.
+func (s *stream) sync(ctx context.Context) (*segment, error) {
 	minRV := s.acked()
-	l, err := s.assignments().List(ctx, s.opts())
+	rv, items, err := s.list(ctx, s.opts())
 	if err != nil {
 		return nil, err
 	}
-	rv := parseRV(l.ResourceVersion)
-	items := itemsOf(l.Items)
 	s.lists.add(listResult{who: s.spec.name, sel: s.spec.sel, rv: rv, items: items, consistent: true, minRV: minRV})
 	s.mu.Lock()
 	s.markSeenLocked(items, time.Now())
+	s.handed = append(s.handed, rv)
 	s.mu.Unlock()
 	return &segment{from: rv, last: rv}, nil
 }
 
-// consume reads one watch connection until it ends.
-func (s *stream) consume(ctx context.Context, w watch.Interface, seg *segment) connEnd {
+// consume reads one watch connection until it ends, or until the client
+// goes back to an older resourceVersion it holds. It returns how the
+// connection ended and where the next resumes.
+func (s *stream) consume(ctx context.Context, w watch.Interface, seg *segment) (connEnd, int64) {
 	delivered := 0
+	var idle <-chan time.Time
 	for {
+		if seg.initial == nil && s.spec.backIdle > 0 && idle == nil {
+			idle = time.After(s.spec.backIdle)
+		}
 		var ev watch.Event
 		var ok bool
 		select {
 		case <-ctx.Done():
-			return connEnd{reason: endCancel, at: time.Now()}
+			seg.cut = true
+			return connEnd{reason: endCancel, at: time.Now(), from: seg.from}, seg.last
 		case d := <-s.pauseCh:
 			select {
 			case <-ctx.Done():
 			case <-time.After(d): // the stalled client's pause itself
 			}
 			continue
+		case <-idle:
+			idle = nil
+			if back, ok := s.goBack(seg); ok {
+				return connEnd{reason: endBack, at: time.Now(), from: seg.from}, back
+			}
+			continue
 		case ev, ok = <-w.ResultChan():
+			idle = nil
 		}
 		now := time.Now()
 		// The test's own cancel ends the watch with a closed channel, or
@@ -249,43 +344,66 @@ func (s *stream) consume(ctx context.Context, w watch.Interface, seg *segment) c
 		// the cancel ended ("unable to decode an event from the watch
 		// stream: context canceled").
 		if (!ok || ev.Type == watch.Error) && ctx.Err() != nil {
-			return connEnd{reason: endCancel, at: now}
+			seg.cut = true
+			return connEnd{reason: endCancel, at: now, from: seg.from}, seg.last
 		}
 		if !ok {
-			return connEnd{reason: endClosed, at: now, empty: delivered == 0}
+			return connEnd{reason: endClosed, at: now, empty: delivered == 0, from: seg.from}, seg.last
 		}
 		if ev.Type == watch.Error {
 			err := apierrors.FromObject(ev.Object)
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-				return connEnd{reason: end410, at: now, msg: err.Error()}
+				return connEnd{reason: end410, at: now, msg: err.Error(), from: seg.from}, 0
 			}
-			return connEnd{reason: endError, at: now, msg: err.Error()}
+			return connEnd{reason: endError, at: now, msg: err.Error(), from: seg.from}, seg.last
 		}
-		a, isAssignment := ev.Object.(*v1beta1.Assignment)
-		if !isAssignment {
-			return connEnd{reason: endError, at: now, msg: "unexpected object in a watch event"}
+		m, err := meta.Accessor(ev.Object)
+		if err != nil {
+			return connEnd{reason: endError, at: now, msg: "unexpected object in a watch event", from: seg.from}, seg.last
 		}
-		rv := parseRV(a.ResourceVersion)
-		key := a.Namespace + "/" + a.Name
+		rv := parseRV(m.GetResourceVersion())
+		key := s.keyOf(m)
 		s.mu.Lock()
 		switch {
-		case seg.initial != nil && ev.Type == watch.Bookmark && a.Annotations[metav1.InitialEventsAnnotationKey] == "true":
+		case seg.initial != nil && ev.Type == watch.Bookmark && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true":
 			// The watch-list's state is complete at rv.
 			s.lists.add(listResult{who: s.spec.name + " (watch-list)", sel: s.spec.sel, rv: rv, items: seg.initial})
 			s.markSeenLocked(seg.initial, now)
 			seg.initial, seg.from, seg.last = nil, rv, rv
+			s.handed = append(s.handed, rv)
 		case seg.initial != nil && ev.Type == watch.Added:
 			seg.initial[key] = rv
 		default:
 			delivered++
 			seg.events = append(seg.events, received{typ: ev.Type, key: key, rv: rv, at: now})
 			seg.last = rv
+			s.handed = append(s.handed, rv)
 			if _, ok := s.seen[key]; !ok && ev.Type != watch.Bookmark {
 				s.seen[key] = now
 			}
 		}
 		s.mu.Unlock()
+		if s.spec.pause > 0 {
+			time.Sleep(s.spec.pause) // the slow consumer's own work
+		}
+		if s.spec.backEvery > 0 && seg.initial == nil && len(seg.events) >= s.spec.backEvery {
+			if back, ok := s.goBack(seg); ok {
+				return connEnd{reason: endBack, at: time.Now(), from: seg.from}, back
+			}
+		}
 	}
+}
+
+// goBack picks a resourceVersion the client was handed to watch from next,
+// and cuts seg, unless the run is ending.
+func (s *stream) goBack(seg *segment) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.settled || len(s.handed) == 0 {
+		return 0, false
+	}
+	seg.cut = true
+	return s.handed[s.rnd.IntN(len(s.handed))], true
 }
 
 // probe opens one watch from an old resourceVersion and reads it for a
@@ -295,7 +413,7 @@ func (s *stream) probe(ctx context.Context) {
 	defer cancel()
 	opts := s.opts()
 	opts.ResourceVersion = strconv.FormatInt(s.spec.probeFrom, 10)
-	w, err := s.assignments().Watch(ctx, opts)
+	w, err := s.watch(ctx, opts)
 	if err != nil {
 		s.mu.Lock()
 		s.openErrs++
@@ -305,7 +423,7 @@ func (s *stream) probe(ctx context.Context) {
 	defer w.Stop()
 	seg := &segment{from: s.spec.probeFrom, last: s.spec.probeFrom}
 	s.addSegment(seg)
-	e := s.consume(ctx, w, seg)
+	e, _ := s.consume(ctx, w, seg)
 	s.mu.Lock()
 	s.ends = append(s.ends, e)
 	s.mu.Unlock()

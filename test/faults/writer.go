@@ -299,15 +299,20 @@ func (w *writer) record(op string, out *v1beta1.Assignment, err error) error {
 	defer w.mu.Unlock()
 	w.ok++
 	if out != nil {
-		rv := parseRV(out.ResourceVersion)
-		for {
-			cur := w.acked.Load()
-			if rv <= cur || w.acked.CompareAndSwap(cur, rv) {
-				break
-			}
-		}
+		w.ack(parseRV(out.ResourceVersion))
 	}
 	return nil
+}
+
+// ack records a write acknowledged at revision rv, by this writer or by
+// another that shares its count.
+func (w *writer) ack(rv int64) {
+	for {
+		cur := w.acked.Load()
+		if rv <= cur || w.acked.CompareAndSwap(cur, rv) {
+			return
+		}
+	}
 }
 
 // succeeded returns how many writes were acknowledged.
@@ -329,6 +334,9 @@ type sentinel struct {
 // through or ctx ends: right after a fault heals the server may still be
 // reconnecting.
 func (w *writer) writeSentinel(ctx context.Context, sel selector, n int) (sentinel, error) {
+	if sel.resource == agentsRes {
+		return w.writeAgentSentinel(ctx, sel, n)
+	}
 	ns := sel.namespace
 	if ns == "" {
 		ns = namespaces[0]
@@ -392,4 +400,36 @@ func (w *writer) writeSentinel(ctx context.Context, sel selector, n int) (sentin
 		return sentinel{}, fmt.Errorf("sentinel %s does not match %s", a.Name, sel)
 	}
 	return sentinel{key: ns + "/" + a.Name, acked: time.Now(), rv: parseRV(out.ResourceVersion)}, nil
+}
+
+// writeAgentSentinel is writeSentinel for a selector of agents.
+func (w *writer) writeAgentSentinel(ctx context.Context, sel selector, n int) (sentinel, error) {
+	m, err := newMatcher(sel)
+	if err != nil {
+		return sentinel{}, err
+	}
+	a := &v1beta1.Agent{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("sentinel-%03d", n)}, Spec: v1beta1.AgentSpec{Zone: "zone-a"}}
+	for _, req := range m.field.Requirements() {
+		if req.Field == "spec.zone" {
+			a.Spec.Zone = req.Value
+		}
+	}
+	client := w.client.FleetV1beta1().Agents()
+	var out *v1beta1.Agent
+	err = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		defer cancel()
+		var err error
+		if out, err = client.Create(wctx, a, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+			out, err = client.Get(wctx, a.Name, metav1.GetOptions{})
+		}
+		return err == nil, nil
+	})
+	if err != nil {
+		return sentinel{}, fmt.Errorf("no write went through for sentinel agent %s: %w", a.Name, err)
+	}
+	if !m.matches(&objState{name: out.Name, labels: out.Labels, zone: out.Spec.Zone}) {
+		return sentinel{}, fmt.Errorf("sentinel agent %s does not match %s", a.Name, sel)
+	}
+	return sentinel{key: a.Name, acked: time.Now(), rv: parseRV(out.ResourceVersion)}, nil
 }

@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-integration test-faults test-examples fuzz chaos soak generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-watchlist-writes clean
+.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-inject test-integration test-faults test-examples fuzz chaos soak robustness generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-watchlist-writes clean
 
 all: build
 
@@ -32,17 +32,23 @@ kubectl:
 kube-apiserver:
 	hack/build-kube-apiserver.sh
 
-## test: every unit and integration test, with -race on the watch cache, and
-## the fault suite: every scenario against our server, leader loss, replica
-## killed and the rolling restart against the upstream-wired one too, and
-## one injected cache bug the harness must catch (about 4 minutes).
-test: test-unit test-race test-integration test-faults test-examples
+## test: every unit and integration test, with -race on the watch cache and
+## a bounded run of its randomized robustness profiles, the bugs of issue 56
+## put back and caught, and the fault suite: every scenario against our
+## server, leader loss, replica killed and the rolling restart against the
+## upstream-wired one too, and two injected bugs the harness must catch.
+test: test-unit test-race test-inject test-integration test-faults test-examples
 
 test-unit:
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/integration -e /test/faults -e /pkg/storage/cacher)
 
+# One seed of each robustness profile under -race; make robustness runs 20.
 test-race:
-	$(GO) test $(TEST_FLAGS) -race ./pkg/storage/cacher/...
+	ROBUSTNESS_SEEDS=1 $(GO) test $(TEST_FLAGS) -race ./pkg/storage/cacher/...
+
+# The faultinject build puts each bug back; the robustness runs must catch it.
+test-inject:
+	$(GO) test $(TEST_FLAGS) -tags faultinject -run '^TestRobustnessCatchesInjectedBugs$$' ./pkg/storage/cacher/
 
 # The control-plane tests run bin/kube-apiserver; build it first, outside
 # the tests' timeout (a few minutes cold, nothing when cached).
@@ -74,6 +80,21 @@ chaos:
 	mkdir -p $(BIN)
 	rm -f $(BIN)/chaos.md
 	$(GO) test -count=$(CHAOS_COUNT) -timeout 120m -v ./test/faults/ -args -chaos -report $(CURDIR)/$(BIN)/chaos.md
+
+## robustness: every watch guarantee over randomized traffic, ROBUSTNESS_SEEDS (20) seeds of each
+## profile: the cache-level runs (ours and upstream's Cacher over one etcd: transactions and leases
+## beside the etcd3 store, an idle resource, compactions, restarts), then the HTTP scenarios that
+## carry the same shapes, against both servers. Each run prints its seed; the tables go to
+## bin/robustness-cache.txt and bin/robustness.md.
+ROBUSTNESS_SEEDS ?= 20
+ROBUSTNESS_SCENARIOS ?= baseline|server_restart_over_a_compacted_etcd|replica_restart,_writes_through_another|leader_loss
+robustness:
+	mkdir -p $(BIN)
+	rm -f $(BIN)/robustness.md
+	set -o pipefail; ROBUSTNESS_SEEDS=$(ROBUSTNESS_SEEDS) $(GO) test -count=1 -timeout 180m -v -run '^TestRobustness$$' \
+	  ./pkg/storage/cacher/ | tee $(BIN)/robustness-cache.txt | grep -E '^(---|ok|FAIL)|\|'
+	$(GO) test -count=$(ROBUSTNESS_SEEDS) -timeout 240m -v -run 'TestFaults/($(ROBUSTNESS_SCENARIOS))/' ./test/faults/ \
+	  -args -chaos -report $(CURDIR)/$(BIN)/robustness.md
 
 ## soak: the chaos soak, SOAK long (30m) against each server in turn: etcd and network faults
 ## drawn at random times from SEED (0: from the clock; the log prints it, and the same seed

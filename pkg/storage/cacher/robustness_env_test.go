@@ -117,6 +117,7 @@ func (c *rbCache) close() {
 
 // rbEnv is a run's etcd and resources.
 type rbEnv struct {
+	server *etcd3testing.EtcdTestServer
 	client *clientv3.Client
 	// resources are the busy resource, then the idle one.
 	resources []*rbResource
@@ -130,28 +131,11 @@ var rbCodec = examplev1JSON
 func newRBEnv(t *testing.T, cfg func(*Config)) *rbEnv {
 	t.Helper()
 	server := newTestEtcd(t)
-	e := &rbEnv{client: server.V3Client.Client}
+	e := &rbEnv{server: server, client: server.V3Client.Client}
 	for _, name := range []string{"pods", "idle"} {
 		r := &rbResource{name: name, prefix: "/" + name + "/", caches: map[string]*rbCache{}}
 		r.etcdPrefix = etcd3testing.PathPrefix() + r.prefix
-		newStore := func(codec runtime.Codec) storage.Interface {
-			compactor := etcd3.NewCompactor(server.V3Client.Client, 0, clock.RealClock{}, nil)
-			t.Cleanup(compactor.Stop)
-			r.compactorsMu.Lock()
-			r.compactors = append(r.compactors, compactor)
-			r.compactorsMu.Unlock()
-			versioner := storage.APIObjectVersioner{}
-			// Leases for TTL objects are not shared (a TTL of a second has
-			// no reuse), so that every one expires on time.
-			s, err := etcd3.New(server.V3Client, compactor, codec, newBenchPod, newBenchPodList, etcd3testing.PathPrefix(),
-				r.prefix, schema.GroupResource{Resource: name}, identity.NewEncryptCheckTransformer(),
-				etcd3.LeaseManagerConfig{ReuseDurationSeconds: 60, MaxObjectCount: 1000}, etcd3.NewDefaultDecoder(codec, versioner), versioner)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(s.Close)
-			return s
-		}
+		newStore := func(codec runtime.Codec) storage.Interface { return e.newStore(t, r, codec, rbLeases) }
 		r.store = newStore(rbCodec)
 		keyFunc := func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(r.prefix, obj) }
 		triggers, indexers := rbIndexes()
@@ -198,6 +182,30 @@ func newRBEnv(t *testing.T, cfg func(*Config)) *rbEnv {
 		e.resources = append(e.resources, r)
 	}
 	return e
+}
+
+// rbLeases shares no lease between TTL objects (a TTL of a second has no
+// reuse), so that every one expires on time.
+var rbLeases = etcd3.LeaseManagerConfig{ReuseDurationSeconds: 60, MaxObjectCount: 1000}
+
+// newStore returns an etcd3 store of r's pods with codec and leases, whose
+// compactor the run tells of its compactions.
+func (e *rbEnv) newStore(t *testing.T, r *rbResource, codec runtime.Codec, leases etcd3.LeaseManagerConfig) storage.Interface {
+	t.Helper()
+	compactor := etcd3.NewCompactor(e.client, 0, clock.RealClock{}, nil)
+	t.Cleanup(compactor.Stop)
+	r.compactorsMu.Lock()
+	r.compactors = append(r.compactors, compactor)
+	r.compactorsMu.Unlock()
+	versioner := storage.APIObjectVersioner{}
+	s, err := etcd3.New(e.server.V3Client, compactor, codec, newBenchPod, newBenchPodList, etcd3testing.PathPrefix(),
+		r.prefix, schema.GroupResource{Resource: r.name}, identity.NewEncryptCheckTransformer(), leases,
+		etcd3.NewDefaultDecoder(codec, versioner), versioner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
 }
 
 // rbIndexes are the trigger and indexes of a run's caches: by node.

@@ -22,7 +22,7 @@ func TestRobustnessCatchesInjectedBugs(t *testing.T) {
 	}{
 		{fault: inject.DropLastOfRevision, profile: "transactions",
 			caught: func(v watchcheck.Violations) int { return v.Atomic + v.Reliable }},
-		{fault: inject.FloorOnProgress, profile: "restarts over a compacted etcd",
+		{fault: inject.FloorOnProgress, profile: "idle",
 			caught: func(v watchcheck.Violations) int { return v.Resumable }},
 		{fault: "early-bookmark", profile: "transactions",
 			caught: func(v watchcheck.Violations) int { return v.Bookmarkable }},

@@ -49,16 +49,20 @@ const (
 	opCompact
 	// opRestart restarts every cache of one resource, as a server restart.
 	opRestart
+	// opRestartIdle restarts every cache of the idle resource.
+	opRestartIdle
 	numOps
 )
 
-var opNames = [numOps]string{"create", "update", "delete", "txn", "lease", "store-ttl", "idle", "idle-write", "compact", "restart"}
+var opNames = [numOps]string{"create", "update", "delete", "txn", "lease", "store-ttl", "idle", "idle-write", "compact", "restart",
+	"restart-idle"}
 
 // rbWriter makes a run's traffic.
 type rbWriter struct {
 	env *rbEnv
 	rnd *rand.Rand
-	// weights choose the steps, by rbOp.
+	// prelude are the first steps; weights choose the others, by rbOp.
+	prelude []rbOp
 	weights [numOps]int
 	// acked is the newest revision a write was acknowledged at; compacted
 	// the newest compaction, and compactions when each happened.
@@ -83,8 +87,8 @@ type rbCompaction struct {
 	at  time.Time
 }
 
-func newRBWriter(env *rbEnv, seed uint64, weights [numOps]int) *rbWriter {
-	return &rbWriter{env: env, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), weights: weights,
+func newRBWriter(env *rbEnv, seed uint64, p rbProfileSpec) *rbWriter {
+	return &rbWriter{env: env, rnd: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), prelude: p.prelude, weights: p.weights,
 		live: map[*rbResource][]string{}}
 }
 
@@ -95,11 +99,15 @@ func (w *rbWriter) run(ctx context.Context, d time.Duration) error {
 	for _, n := range w.weights {
 		total += n
 	}
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		pick := w.rnd.IntN(total)
-		op := rbOp(0)
-		for ; pick >= w.weights[op]; op++ {
-			pick -= w.weights[op]
+	for i := 0; time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+		var op rbOp
+		if i < len(w.prelude) {
+			op = w.prelude[i]
+		} else {
+			pick := w.rnd.IntN(total)
+			for ; pick >= w.weights[op]; op++ {
+				pick -= w.weights[op]
+			}
 		}
 		if err := w.step(ctx, op); err != nil {
 			return fmt.Errorf("%s: %w", opNames[op], err)
@@ -139,11 +147,18 @@ func (w *rbWriter) step(ctx context.Context, op rbOp) error {
 	case opCompact:
 		return w.compact(ctx)
 	case opRestart:
-		r := w.env.resources[w.rnd.IntN(len(w.env.resources))]
-		for _, impl := range rbImpls {
-			if err := r.caches[impl].restart(w.acked.Load()); err != nil {
-				return err
-			}
+		return w.restart(w.env.resources[w.rnd.IntN(len(w.env.resources))])
+	case opRestartIdle:
+		return w.restart(idle)
+	}
+	return nil
+}
+
+// restart restarts every cache of r.
+func (w *rbWriter) restart(r *rbResource) error {
+	for _, impl := range rbImpls {
+		if err := r.caches[impl].restart(w.acked.Load()); err != nil {
+			return err
 		}
 	}
 	return nil

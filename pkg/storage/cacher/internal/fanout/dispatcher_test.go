@@ -413,19 +413,20 @@ func TestCompactedDropsHistory(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		d.put(fmt.Sprintf("p%d", i), nil, "") // rv 2..6
 	}
-	// etcd compacted at 4 keeps 4: it serves a watch from 3, not from 2.
+	// As the etcd3 store answers: a watch from before the compaction's
+	// revision gets 410, one from it the events after.
 	d.Compacted(4)
-	if since, _ := d.log.Bounds(); since != 3 {
-		t.Fatalf("after compaction at 4 the log starts at %d, want 3", since)
+	if since, _ := d.log.Bounds(); since != 4 {
+		t.Fatalf("after compaction at 4 the log starts at %d, want 4", since)
 	}
-	from3 := mustWatcher(t, d.Dispatcher, "/pods/", true, storage.Everything, 4)
-	wi, _ := d.Register(from3, Start{From: 3})
-	if got := objecttest.Receive(t, wi, 1); got[0].Type != watch.Added || got[0].RV != "4" {
-		t.Fatalf("watch from 3 after compaction at 4: got %v, want the event at 4", got)
+	from4 := mustWatcher(t, d.Dispatcher, "/pods/", true, storage.Everything, 4)
+	wi, _ := d.Register(from4, Start{From: 4})
+	if got := objecttest.Receive(t, wi, 1); got[0].Type != watch.Added || got[0].RV != "5" {
+		t.Fatalf("watch from 4 after compaction at 4: got %v, want the event at 5", got)
 	}
-	from3.Stop()
+	from4.Stop()
 	w := mustWatcher(t, d.Dispatcher, "/pods/", true, storage.Everything, 4)
-	wi, _ = d.Register(w, Start{From: 2})
+	wi, _ = d.Register(w, Start{From: 3})
 	if e, _ := testkit.Recv(t, wi.ResultChan(), "the 410"); e.Type != watch.Error {
 		t.Fatalf("watch from before the compaction: got %s, want a 410 error", e.Type)
 	}

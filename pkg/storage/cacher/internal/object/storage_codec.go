@@ -27,7 +27,7 @@ import (
 // medians of 5 in one run (BenchmarkStorageDecode).
 //
 // newFunc makes the resource's object, which Decode decodes into when its
-// caller gives none: the etcd3 store's watch does that for every event.
+// caller gives none, as the etcd3 store's reads of single objects do.
 func NewStorageCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtime.Object) runtime.Codec {
 	fast := &jsonDecoder{api: caseSensitive, scheme: scheme, serializer: notDecoded{}, safe: map[reflect.Type]bool{}}
 	c := &storageCodec{Codec: codec,

@@ -3,12 +3,14 @@
 // A Source lists the resource (list.go; after a first page, the rest in
 // pages read at once, split by the keys read without values: split.go,
 // keys.go), hands the state to the cache's Sink, and follows etcd from that
-// revision (follower.go): it re-watches from the cache's head whenever a
-// watch ends without losing history, finds a watch gone silent (asking for
-// progress, then closing the connections as quiet: silence.go), and lists
-// again only when it must (End, Classify). Each event becomes an object
-// version and a fan-out event (ingest.go), with repeats etcd's client
-// delivers dropped. Behind a warm start it fills the history from etcd's
+// revision (follower.go) on etcd's own watch, whose responses hold whole
+// revisions (changes.go, etcd_changes.go): it re-watches from the cache's
+// head whenever a watch ends without losing history, finds a watch gone
+// silent (asking for progress, then closing the connections as quiet:
+// silence.go), and lists again only when it must (End). Each revision's
+// changes become object versions and fan-out events, handed to the sink
+// together (ingest.go), with revisions etcd's client delivers again
+// dropped. Behind a warm start it fills the history from etcd's
 // (backfill.go), and now and then it compares the cache's keys with etcd's
 // (check.go). It sets the cache's Readiness (readiness.go).
 //

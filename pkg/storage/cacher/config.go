@@ -262,18 +262,11 @@ func (c *Config) builderConfig(x *object.Expiry) object.BuilderConfig {
 		IndexerFuncs: c.IndexerFuncs, Indexers: c.Indexers, Expiry: x}
 }
 
-// storeChanges, set only in a build with the storechanges tag, follows
-// Storage's Watch instead of etcd's (changes_store.go).
-var storeChanges func(*Config) source.Changes
-
 // changes is etcd's record of the resource's changes, read as Storage
 // reads it.
 func (c *Config) changes() source.Changes {
 	var ch source.Changes = source.NewEtcdChanges(source.EtcdChangesConfig{Client: c.Client, StoragePrefix: c.StoragePrefix,
 		ResourcePrefix: c.ResourcePrefix, Transformer: c.Transformer, Decode: c.decoder()})
-	if storeChanges != nil {
-		ch = storeChanges(c)
-	}
 	if c.wrapChanges != nil {
 		ch = c.wrapChanges(ch)
 	}

@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-inject test-integration test-faults test-examples fuzz chaos soak robustness generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-watchlist-writes clean
+.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-inject test-integration test-faults test-examples fuzz chaos soak robustness generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-watchlist-writes bench-read-after-write clean
 
 all: build
 
@@ -158,6 +158,13 @@ define turns-bench
 	  -bench $(1) -benchtime=1x -timeout $(3) . | tee $(CURDIR)/$(BIN)/$@.txt \
 	  | $(GO) run ../../hack/tools/benchtable
 endef
+
+## bench-read-after-write: a consistent read right after a write, and the write's delivery to 50
+## watchers, p50 and p99, the servers taking turns over one etcd for FRESH_ROUNDS rounds (~1 min a
+## round); FRESH_ALT=path,… adds other server binaries (issue 56's A/B, docs/benchmarks.md).
+FRESH_ROUNDS ?= 3
+bench-read-after-write:
+	$(call turns-bench,BenchmarkReadAfterWrite,FRESH,60m)
 
 ## bench-lists: a Table in pages of 500 and a v1alpha1 list, the two that decode every object, one at a time;
 ## then 8 and 32 full lists of 100,000 objects at once, and 8 at v1alpha1: the RSS they add and the time to

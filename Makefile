@@ -6,15 +6,28 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build run kubectl kube-apiserver test test-unit test-race test-inject test-integration test-faults test-examples fuzz chaos soak robustness generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-watchlist-writes bench-read-after-write clean
+.PHONY: all build image runc run kubectl kube-apiserver test test-unit test-race test-inject test-integration test-faults test-examples fuzz chaos soak robustness generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-watchlist-writes bench-read-after-write clean
 
 all: build
 
 # VERSION is what --version prints.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Static (no cgo), so that it runs in the image's empty filesystem.
 build:
-	$(GO) build -ldflags "-X github.com/cached-apiserver/cached-apiserver/pkg/version.Version=$(VERSION)" \
+	CGO_ENABLED=0 $(GO) build -ldflags "-X github.com/cached-apiserver/cached-apiserver/pkg/version.Version=$(VERSION)" \
 	  -o $(BIN)/cached-apiserver ./cmd/cached-apiserver
+
+## image: the image users deploy, as the Dockerfile describes it, built without a container engine
+## (hack/build-image.sh, hack/image): written to bin/image.tar, which docker load and podman load read,
+## after a push to and pull by digest from an in-process registry. IMAGE names it; it prints the
+## reference hack/render-manifests.sh -image takes, and the image's files.
+IMAGE ?= cached-apiserver:$(VERSION)
+image:
+	VERSION=$(VERSION) IMAGE=$(IMAGE) hack/build-image.sh
+
+## runc: install runc from Debian's packages when missing, for the image test.
+runc:
+	hack/install-runc.sh
 
 ## run: serve with embedded etcd. RUN_ARGS passes flags, e.g. sharded list and
 ## watch (alpha, off by default as upstream):
@@ -50,19 +63,22 @@ test-race:
 test-inject:
 	$(GO) test $(TEST_FLAGS) -tags faultinject -run '^TestRobustnessCatchesInjectedBugs$$' ./pkg/storage/cacher/
 
-# The control-plane tests run bin/kube-apiserver; build it first, outside
-# the tests' timeout (a few minutes cold, nothing when cached).
-test-integration: kube-apiserver
+# The control-plane tests run bin/kube-apiserver, and the image test the
+# image under runc: build and install them first, outside the tests'
+# timeout (a few minutes cold, little when cached).
+test-integration: kube-apiserver image runc
 	$(GO) test $(TEST_FLAGS) ./test/integration/...
 
 test-faults:
 	$(GO) test $(TEST_FLAGS) ./test/faults/...
 
-# examples/ and hack/promql are modules of their own (their dependencies
-# are never the server's); the example's test runs through our cache.
+# examples/, hack/promql and hack/image are modules of their own (their
+# dependencies are never the server's); the example's test runs through
+# our cache.
 test-examples:
 	cd examples/sample-apiserver && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/promql && $(GO) test $(TEST_FLAGS) ./...
+	cd hack/image && $(GO) test $(TEST_FLAGS) ./...
 
 ## fuzz: hostile reads (test/fuzz) against an in-process server, FUZZTIME per target (10m);
 ## the seed corpus runs in make test. A crasher lands in test/fuzz/testdata/fuzz: commit it.
@@ -199,6 +215,7 @@ verify:
 	$(GO) vet -tags faultinject ./pkg/storage/cacher/
 	cd examples/sample-apiserver && $(GO) vet ./...
 	cd hack/promql && $(GO) vet ./...
+	cd hack/image && $(GO) vet ./...
 	hack/verify-codegen.sh
 
 clean:

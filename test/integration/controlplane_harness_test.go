@@ -82,8 +82,10 @@ type controlPlane struct {
 	frontProxyCA *pki.CA
 	servingCA    []byte
 	backendAddr  string
-	serverArgs   []string
-	stopServer   func()
+	// manifests are the rendered manifests, as applied.
+	manifests  string
+	serverArgs []string
+	stopServer func()
 }
 
 // misconfiguration is what TestControlPlaneCatchesInjectedBugs runs our
@@ -112,6 +114,49 @@ func controlPlaneWait() time.Duration {
 // and waits until the kube-apiserver serves fleet.example.com in discovery
 // and OpenAPI. namespaces are created first, for the tests' objects.
 func startControlPlane(t *testing.T, namespaces ...string) *controlPlane {
+	t.Helper()
+	return startControlPlaneWith(t, inProcess{}, namespaces...)
+}
+
+// backend is how a control plane runs our server behind the kube-apiserver.
+type backend interface {
+	// listen returns the address the server will serve on, and a listener
+	// on it if the harness is to hand one over.
+	listen(t *testing.T) (addr string, ln net.Listener)
+	// start runs the server with the rendered manifests, once they are
+	// applied, and returns once it answers /readyz.
+	start(t *testing.T, cp *controlPlane, manifests string, ln net.Listener)
+}
+
+// inProcess runs our server in the test process, with the Deployment's
+// arguments and a kubeconfig with the ServiceAccount's token.
+type inProcess struct{}
+
+func (inProcess) listen(t *testing.T) (string, net.Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln.Addr().String(), ln
+}
+
+func (inProcess) start(t *testing.T, cp *controlPlane, manifests string, ln net.Listener) {
+	t.Helper()
+	cp.serverArgs = append(deploymentArgs(t, manifests, filepath.Join(cp.dir, "server")),
+		cp.serverKubeconfigFlags(t)...)
+	cp.serverArgs = append(cp.serverArgs,
+		"--embedded-etcd-progress-notify-interval", "1s",
+		"--embedded-etcd-log-level", "fatal")
+	if injectMisconfiguration() {
+		cp.serverArgs = append(cp.serverArgs, misconfiguration...)
+	}
+	_, cp.stopServer = runServer(t, ln, cp.serverArgs)
+	waitReady(t, cp.direct(t, user.SystemPrivilegedGroup, user.SystemPrivilegedGroup))
+}
+
+// startControlPlaneWith is startControlPlane with our server run by be.
+func startControlPlaneWith(t *testing.T, be backend, namespaces ...string) *controlPlane {
 	t.Helper()
 	bin := testkit.BuildTool(t, "build-kube-apiserver.sh", "kube-apiserver")
 	cp := &controlPlane{dir: t.TempDir()}
@@ -181,13 +226,18 @@ func startControlPlane(t *testing.T, namespaces ...string) *controlPlane {
 	// kube-apiserver's OpenAPI controller does not meet an unavailable
 	// service and back off.
 	manifests := renderManifests(t, filepath.Join(dir, "manifests"))
+	cp.manifests = manifests
 	cp.servingCA = servingCA(t, manifests)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var ln net.Listener
+	cp.backendAddr, ln = be.listen(t)
+	_, portStr, err := net.SplitHostPort(cp.backendAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cp.backendAddr = ln.Addr().String()
-	backendPort := ln.Addr().(*net.TCPAddr).Port
+	backendPort, err := strconv.Atoi(portStr)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cp.Backend = "https://" + cp.backendAddr
 	toLocalhost(t, manifests, backendPort)
 	k := newKubectl(t, cp.Front)
@@ -204,16 +254,7 @@ func startControlPlane(t *testing.T, namespaces ...string) *controlPlane {
 		k.run(t, "apply", "-f", f)
 	}
 
-	cp.serverArgs = append(deploymentArgs(t, manifests, filepath.Join(dir, "server")),
-		cp.serverKubeconfigFlags(t)...)
-	cp.serverArgs = append(cp.serverArgs,
-		"--embedded-etcd-progress-notify-interval", "1s",
-		"--embedded-etcd-log-level", "fatal")
-	if injectMisconfiguration() {
-		cp.serverArgs = append(cp.serverArgs, misconfiguration...)
-	}
-	_, cp.stopServer = runServer(t, ln, cp.serverArgs)
-	waitReady(t, cp.direct(t, user.SystemPrivilegedGroup, user.SystemPrivilegedGroup))
+	be.start(t, cp, manifests, ln)
 
 	for _, f := range apiservices {
 		k.run(t, "apply", "-f", f)

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -103,19 +102,18 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metadata of %s: %w", key, err)
 	}
-	raw, ok := b.spliced(obj, stored, m.GetResourceVersion(), len(key))
+	raw, ok := b.spliced(obj, stored, m.GetResourceVersion())
 	if !ok {
 		if raw, err = b.codec.Encode(obj); err != nil {
 			return nil, fmt.Errorf("encoding %s: %w", key, err)
 		}
 	}
-	raw, key = keyInSlack(raw, key)
 	o := &Object{Key: key, Raw: raw, Head: TypeHeader(raw), Codec: b.codec, RV: rv}
 	if len(l) > 0 {
 		o.Labels = b.intern.labels(l)
 	}
 	if b.cfg.TriggerField != "" {
-		o.Trigger = inBytes(raw, b.cfg.IndexerFuncs[b.cfg.TriggerField](obj))
+		o.Trigger = b.cfg.IndexerFuncs[b.cfg.TriggerField](obj)
 	}
 	o.attrs = b.intern.fields(f, b.cfg.TriggerField)
 	o.Hashes[shard.ByUID] = shard.Hash(string(m.GetUID()))
@@ -140,12 +138,12 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 // ObjectMeta's fields are always written in one order, so one object shows
 // where the resource's objects have their resourceVersion. If they differ,
 // it never splices again.
-func (b *Builder) spliced(obj runtime.Object, stored []byte, rv string, extra int) ([]byte, bool) {
+func (b *Builder) spliced(obj runtime.Object, stored []byte, rv string) ([]byte, bool) {
 	state := b.splice.Load()
 	if stored == nil || state == spliceWrong {
 		return nil, false
 	}
-	raw, ok := spliceRV(stored, rv, extra)
+	raw, ok := spliceRV(stored, rv)
 	if !ok || state == spliceRight {
 		return raw, ok
 	}
@@ -198,37 +196,4 @@ func (b *Builder) IndexFuncs() map[string]func(*Object) []string {
 		fns[storage.FieldIndex(b.cfg.TriggerField)] = func(o *Object) []string { return []string{o.Trigger} }
 	}
 	return fns
-}
-
-// keyInSlack returns raw cut to its length, and key copied into the room
-// Go's size class left after raw in its allocation, if it fits there, so
-// that the key takes no allocation of its own. raw must be the only slice
-// of its array, as an encoder's copy is. The bytes after raw's length are
-// never written again: raw's capacity ends at its length.
-//
-// An object's bytes are their own allocation, rounded up to a size class:
-// 1,645 bytes of JSON take 1,792, room for a key of up to 147
-// (BenchmarkVersionCost, docs/architecture.md).
-func keyInSlack(raw []byte, key string) ([]byte, string) {
-	n := len(raw)
-	if key == "" || cap(raw)-n < len(key) {
-		return raw[:n:n], key
-	}
-	raw = append(raw, key...)
-	return raw[:n:n], unsafe.String(&raw[n], len(key))
-}
-
-// inBytes returns s as the bytes of raw that spell it, if raw holds them,
-// and s otherwise: a trigger value (an Assignment's agent name) is in the
-// object's JSON, so the object need not keep a string of its own, which
-// held 16 bytes of heap an object (a tiny allocation's block) at 100,000.
-// raw never changes once built.
-func inBytes(raw []byte, s string) string {
-	if s == "" {
-		return s
-	}
-	if i := bytes.Index(raw, unsafe.Slice(unsafe.StringData(s), len(s))); i >= 0 {
-		return unsafe.String(&raw[i], len(s))
-	}
-	return s
 }

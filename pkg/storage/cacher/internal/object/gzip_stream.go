@@ -1,16 +1,12 @@
 package object
 
 import (
-	"bytes"
 	"compress/flate"
 	"encoding/binary"
 	"hash/crc32"
 	"io"
-	goruntime "runtime"
 	"sync"
 	"sync/atomic"
-	"unsafe"
-	"weak"
 
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -34,89 +30,6 @@ import (
 // on the wire, and ten times the client's CPU, that events compressed
 // together do.
 //
-// Runs must begin at the same frames in every stream, whatever each
-// stream wrote before: a frame begins one if its address hashes to one of
-// meanRun values (it is content-defined chunking, with the frame as the
-// unit), and a run ends before the next such frame, or after maxRun frames.
-// The run kept from a frame is the latest: a stream that sends other
-// frames after it, as objects change, makes a run that replaces it.
-
-const (
-	meanRun = 64
-	maxRun  = 512
-)
-
-// frames maps the address of each watch event's frame a Caching holds to
-// its encoding, weakly: an encoding that expires is collected as before,
-// and a cleanup then forgets it. The frame's bytes are never written after
-// they are made, and no other live slice begins at their address, so a
-// slice with that address and length is the frame.
-var frames sync.Map // uintptr → weak.Pointer[encoding]
-
-// frameKey is what the cleanup of an encoding forgets: its entry, unless a
-// new frame took the address since.
-type frameKey struct {
-	addr uintptr
-	e    weak.Pointer[encoding]
-}
-
-// piece is a frame as a stream sends it: after prefix, which is a list's
-// separator, or nil.
-type piece struct{ prefix, frame []byte }
-
-// is tells whether q is p: the same frame after an equal prefix.
-func (p piece) is(q piece) bool { return same(p.frame, q.frame) && bytes.Equal(p.prefix, q.prefix) }
-
-// run is a run of frames compressed as one deflate segment.
-type run struct {
-	// pieces are the run's frames; holding them keeps their addresses
-	// theirs while the run lives, which is while its first frame's
-	// encoding does, or for a list's, its object's Caching.
-	pieces   []piece
-	deflated []byte
-	// crc and size are the CRC-32 and length of what the pieces hold.
-	crc  uint32
-	size int
-}
-
-// register makes e's bytes known as a frame.
-func (e *encoding) register() {
-	if len(e.raw) == 0 {
-		return
-	}
-	k := frameKey{addr: addressOf(e.raw), e: weak.Make(e)}
-	frames.Store(k.addr, k.e)
-	goruntime.AddCleanup(e, func(k frameKey) { frames.CompareAndDelete(k.addr, k.e) }, k)
-}
-
-func addressOf(p []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(p))) }
-
-// frameOf returns the encoding whose frame p is, or nil.
-func frameOf(p []byte) *encoding {
-	if len(p) == 0 {
-		return nil
-	}
-	v, ok := frames.Load(addressOf(p))
-	if !ok {
-		return nil
-	}
-	e := v.(weak.Pointer[encoding]).Value()
-	if e == nil || !same(e.raw, p) {
-		return nil
-	}
-	return e
-}
-
-// same tells whether a and b are the same bytes, not equal ones.
-func same(a, b []byte) bool {
-	return len(a) == len(b) && unsafe.SliceData(a) == unsafe.SliceData(b)
-}
-
-// beginsRun tells the frames that begin a run.
-func beginsRun(p []byte) bool {
-	return (uint64(addressOf(p))*0x9E3779B97F4A7C15)>>58 == 0 // 1 in 64 = meanRun
-}
-
 // GzipStream writes one gzip member to w, for one watch's or list's
 // response. What is written is compressed in deflate segments, each begun
 // with no history: the stream's own bytes, and runs of the frames the cache
@@ -164,7 +77,7 @@ var gzipHeader = []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 4, 255}
 
 // Write implements io.Writer.
 func (s *GzipStream) Write(p []byte) (int, error) {
-	e := frameOf(p)
+	e, sum := frameOf(p)
 	if e == nil {
 		if err := s.endRun(); err != nil {
 			return 0, err
@@ -174,7 +87,7 @@ func (s *GzipStream) Write(p []byte) (int, error) {
 		}
 		return len(p), nil
 	}
-	if err := s.frame(piece{frame: p}, func() *atomic.Pointer[run] { return &e.run }); err != nil {
+	if err := s.frame(piece{frame: p, sum: sum}, func() *atomic.Pointer[run] { return &e.run }); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -185,29 +98,23 @@ func (s *GzipStream) Write(p []byte) (int, error) {
 // of such items are sent as segments shared with every list that sends
 // them, kept while their first object's Caching lives.
 func (s *GzipStream) WriteItem(prefix []byte, item runtime.Object, frame []byte) error {
+	pc := piece{prefix: prefix, frame: frame}
 	o, ok := item.(*Object)
-	if !ok || len(frame) == 0 || !holds(o.Raw, frame) {
+	if !ok || len(frame) == 0 {
 		if err := s.endRun(); err != nil {
 			return err
 		}
-		return s.ownPiece(piece{prefix: prefix, frame: frame})
+		return s.ownPiece(pc)
 	}
-	return s.frame(piece{prefix: prefix, frame: frame}, func() *atomic.Pointer[run] {
-		return &o.Caching(o.Codec.expiry).listRun
-	})
-}
-
-// holds tells whether p lies in b.
-func holds(b, p []byte) bool {
-	start := addressOf(b)
-	return addressOf(p) >= start && addressOf(p)+uintptr(len(p)) <= start+uintptr(len(b))
+	pc.sum = itemSum(o)
+	return s.frame(pc, func() *atomic.Pointer[run] { return &o.Caching(o.Codec.expiry).listRun })
 }
 
 // frame writes pc, whose frame the cache holds; slotOf returns where the
 // run it begins is kept.
 func (s *GzipStream) frame(pc piece, slotOf func() *atomic.Pointer[run]) error {
 	if len(s.pending) > 0 {
-		if beginsRun(pc.frame) || len(s.pending) == maxRun {
+		if pc.beginsRun() || len(s.pending) == maxRun {
 			if err := s.complete(); err != nil {
 				return err
 			}
@@ -219,7 +126,7 @@ func (s *GzipStream) frame(pc piece, slotOf func() *atomic.Pointer[run]) error {
 			return nil
 		}
 	}
-	if !beginsRun(pc.frame) {
+	if !pc.beginsRun() {
 		return s.ownPiece(pc)
 	}
 	s.slot = slotOf()
@@ -373,36 +280,3 @@ func (s *GzipStream) endOwn() error {
 	s.fw = nil
 	return err
 }
-
-// deflate compresses the run's pieces as one segment, which ends in a
-// sync flush, and sums them; deflated stays nil if it cannot.
-func (r *run) deflate() {
-	var buf bytes.Buffer
-	w := flateWriters.Get().(*flate.Writer)
-	defer func() {
-		w.Reset(io.Discard) // the pool keeps no buffer
-		flateWriters.Put(w)
-	}()
-	w.Reset(&buf)
-	for _, pc := range r.pieces {
-		for _, p := range [][]byte{pc.prefix, pc.frame} {
-			if _, err := w.Write(p); err != nil {
-				return
-			}
-			r.crc = crc32.Update(r.crc, crc32.IEEETable, p)
-			r.size += len(p)
-		}
-	}
-	if w.Flush() != nil {
-		return
-	}
-	r.deflated = bytes.Clone(buf.Bytes())
-}
-
-// runsMade and runsShared count the runs compressed, and those sent as
-// another stream compressed them.
-var runsMade, runsShared atomic.Int64
-
-// RunsCompressed returns how many runs of frames GzipStreams compressed,
-// and how many they sent as another stream had compressed them.
-func RunsCompressed() (made, shared int64) { return runsMade.Load(), runsShared.Load() }

@@ -118,7 +118,7 @@ func TestGzipStream(t *testing.T) {
 	// runs the stream holds back are as long as the first stream's.
 	var someNewer [][]byte
 	for i, f := range frames {
-		if i%50 == 25 && !beginsRun(f) && !beginsRun(newerFrames[i]) {
+		if i%50 == 25 && !frameBegins(f) && !frameBegins(newerFrames[i]) {
 			f = newerFrames[i]
 		}
 		someNewer = append(someNewer, f)
@@ -142,6 +142,8 @@ func TestGzipStream(t *testing.T) {
 		shares bool
 	}{
 		{name: "the first watch-list", writes: withFlushes(frames, 1000), runs: 1},
+		// A copy is known by its bytes, as the frame itself.
+		{name: "copies of the frames", writes: withFlushes(copies, 1000), runs: 0, shares: true},
 		// It compresses the runs the first's flushes cut.
 		{name: "the next, flushed elsewhere", writes: withFlushes(frames, 700), runs: -1, shares: true},
 		// A run with one frame not the first stream's is a new one, which
@@ -150,7 +152,6 @@ func TestGzipStream(t *testing.T) {
 		{name: "the same again", writes: withFlushes(someNewer, 1000), runs: 0, shares: true},
 		// Its runs begin where the first's do, and are not theirs.
 		{name: "one selecting every other object", writes: withFlushes(everyOther, 1000), runs: 1},
-		{name: "copies of the frames", writes: withFlushes(copies, 1000), runs: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			made, shared := RunsCompressed()
@@ -204,19 +205,26 @@ func gzipped(p []byte) int {
 	return buf.Len()
 }
 
-// TestFramesForgotten: once a frame's encoding expires and is collected,
-// the frame is forgotten, and a slice at its address is no longer it.
+// frameBegins tells whether the watch event frame p begins a run.
+func frameBegins(p []byte) bool { return piece{sum: frameSum(p)}.beginsRun() }
+
+// itemBegins tells whether o begins a run as a list's item.
+func itemBegins(o *Object) bool { return piece{sum: itemSum(o)}.beginsRun() }
+
+// TestFramesForgotten: a frame is known by its bytes while its encoding
+// lives; once the encoding expires and is collected, it is forgotten.
 func TestFramesForgotten(t *testing.T) {
 	cos, fs := framed(t, 1, "7")
 	p := fs[0]
-	if frameOf(p) == nil || frameOf(bytes.Clone(p)) != nil || frameOf(p[:len(p)-1]) != nil {
-		t.Fatal("a frame is not known by its bytes, or a copy or a slice of it is")
+	known := func(p []byte) bool { e, _ := frameOf(p); return e != nil }
+	if !known(p) || !known(bytes.Clone(p)) || known(p[:len(p)-1]) {
+		t.Fatal("a frame or a copy of it is not known, or a slice of it is")
 	}
 	cos[0].expire()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		goruntime.GC()
-		if _, ok := frames.Load(addressOf(p)); !ok {
+		if _, ok := frames.Load(frameSum(p)); !ok {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -283,7 +291,7 @@ func TestGzipStreamItems(t *testing.T) {
 	for i := 250; i < n; i += 500 {
 		o := podObject(&example.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%05d", i), Namespace: "ns",
 			ResourceVersion: "8"}})
-		if !beginsRun(itemOf(o)) && !beginsRun(itemOf(objs[i])) {
+		if !itemBegins(o) && !itemBegins(objs[i]) {
 			someNewer[i] = o
 			changed++
 		}
@@ -292,7 +300,7 @@ func TestGzipStreamItems(t *testing.T) {
 	// A list that begins where a run does: its first item comes after no
 	// separator, in the first list after one.
 	fromRun := 1
-	for !beginsRun(itemOf(objs[fromRun])) {
+	for !itemBegins(objs[fromRun]) {
 		fromRun++
 	}
 	var first streamed
@@ -310,11 +318,11 @@ func TestGzipStreamItems(t *testing.T) {
 	}{
 		{name: "the first list", objs: objs, frame: itemOf, runs: 1},
 		{name: "the same list", objs: objs, frame: itemOf, runs: 0},
+		// Copies of the items' bytes are equal to them: the runs are shared.
+		{name: "copies of the items", objs: objs, frame: copied, runs: 0},
 		{name: "some objects changed", objs: someNewer, frame: itemOf, runs: -1, most: changed},
 		{name: "the same list again", objs: someNewer, frame: itemOf, runs: 0},
 		{name: "from a run's start", objs: someNewer[fromRun:], frame: itemOf, runs: -1, most: 1},
-		// A frame that is not its object's bytes is written as it is.
-		{name: "copies of the items", objs: objs, frame: copied, runs: 0},
 		{name: "after the Cachings expired", objs: someNewer, frame: itemOf, expire: true, runs: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -344,7 +352,7 @@ func TestGzipStreamItems(t *testing.T) {
 			// that begins one, the last too, which ends the list.
 			begins := 0
 			for _, o := range tc.objs {
-				if f := tc.frame(o); beginsRun(f) && holds(o.Raw, f) {
+				if itemBegins(o) {
 					begins++
 				}
 			}
@@ -352,5 +360,51 @@ func TestGzipStreamItems(t *testing.T) {
 				t.Errorf("%d runs compressed, want one for each of the %d items that begin one", made, begins)
 			}
 		})
+	}
+}
+
+// TestRunsAcrossCollections: the objects that begin runs live on, and hold
+// the runs of the last round's lists, while the others are replaced each
+// round by objects of the same names and sizes with other bytes, and the
+// old ones are collected, so that new bytes may lie where old ones did.
+// Every list must decompress to exactly what it wrote: a held run whose
+// bytes differ is compressed anew, and the list after it shares the new one.
+func TestRunsAcrossCollections(t *testing.T) {
+	const n, rounds = 1500, 8
+	pod := func(i, round int) *Object {
+		// The same length every round: only the bytes differ.
+		return podObject(&example.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("p-%05d", i), Namespace: "ns",
+			ResourceVersion: "7"}, Spec: example.PodSpec{NodeName: fmt.Sprintf("node-%02d-%d", round, i%10)}})
+	}
+	anchors := map[int]*Object{}
+	for i := range n {
+		if o := pod(i, 0); itemBegins(o) {
+			anchors[i] = o
+		}
+	}
+	if len(anchors) < 5 {
+		t.Fatalf("only %d of %d objects begin a run", len(anchors), n)
+	}
+	for round := range rounds {
+		objs := make([]*Object, n)
+		for i := range objs {
+			if objs[i] = anchors[i]; objs[i] == nil {
+				objs[i] = pod(i, round)
+			}
+		}
+		for list := range 2 {
+			made := runsMade.Load()
+			out := listed(t, objs, itemOf)
+			made = runsMade.Load() - made
+			if got := oneMember(t, out.body); !bytes.Equal(got, out.sent) {
+				t.Fatalf("round %d, list %d decompresses to %d bytes, want the %d written", round, list, len(got), len(out.sent))
+			}
+			if (list == 0) != (made > 0) {
+				t.Fatalf("round %d, list %d: %d runs compressed", round, list, made)
+			}
+		}
+		objs = nil
+		goruntime.GC()
+		goruntime.GC() // the second frees what the first's cleanups let go
 	}
 }

@@ -43,9 +43,7 @@ type Object struct {
 	// objects that need the same; nil if they need nothing more.
 	attrs *attrs
 	RV    uint64
-	// Trigger is the value of BuilderConfig.TriggerField, if any: most
-	// often the bytes of Raw that spell it (inBytes), so that whatever
-	// keeps it beyond the object's life keeps a copy (Store's index does).
+	// Trigger is the value of BuilderConfig.TriggerField, if any.
 	Trigger string
 	// Hashes are the shard Hashes of the object's UID and namespace.
 	Hashes shard.Hashes

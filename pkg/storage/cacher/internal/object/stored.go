@@ -91,13 +91,13 @@ func unwrap(obj runtime.Object) (runtime.Object, []byte) {
 var metaBeforeRV = [][]byte{[]byte(`"name":`), []byte(`"generateName":`), []byte(`"namespace":`), []byte(`"selfLink":`), []byte(`"uid":`)}
 
 // spliceRV returns stored with `"resourceVersion":"rv"` where
-// encoding/json writes it in the object's metadata, in a new array with
-// room for extra bytes more, and whether it could: stored must be what the
+// encoding/json writes it in the object's metadata, in a new array, and
+// whether it could: stored must be what the
 // JSON serializer writes for a typed object without a resourceVersion,
 // whose type header is followed by its metadata, an ObjectMeta. Anything
 // else (no such header, metadata elsewhere, a resourceVersion already, an
 // escape in the keys before it) returns false, and the caller encodes.
-func spliceRV(stored []byte, rv string, extra int) ([]byte, bool) {
+func spliceRV(stored []byte, rv string) ([]byte, bool) {
 	n := int(TypeHeader(stored))
 	if n == 0 || rv == "" || strings.Trim(rv, "0123456789") != "" {
 		return nil, false
@@ -139,7 +139,7 @@ func spliceRV(stored []byte, rv string, extra int) ([]byte, bool) {
 		field += ","
 	}
 	at := len(stored) - len(rest)
-	out := make([]byte, 0, len(stored)+len(field)+extra)
+	out := make([]byte, 0, len(stored)+len(field))
 	out = append(out, stored[:at]...)
 	out = append(out, field...)
 	return append(out, stored[at:]...), true

@@ -125,8 +125,8 @@ func (s *Store[E]) indexLocked(o *object.Object, add bool) {
 			byValue := s.indexes[name]
 			if add {
 				if byValue[v] == nil {
-					// A copy: v may lie in o's bytes (Object.Trigger), which
-					// the index would otherwise hold after o has gone.
+					// A copy: v may lie in o's key (Object.Name), which the
+					// index would otherwise hold after o has gone.
 					byValue[strings.Clone(v)] = map[*object.Object]struct{}{}
 				}
 				byValue[v][o] = struct{}{}

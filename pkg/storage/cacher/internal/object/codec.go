@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"reflect"
 	"strings"
 	"sync"
 
@@ -73,7 +72,7 @@ func newCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtim
 		// with the type taken from the header the cache's own bytes begin
 		// with, and unmarshalled in one pass (jsonDecoder).
 		s := jsonserializer.NewSerializerWithOptions(headerMeta{}, scheme, scheme, jsonserializer.SerializerOptions{})
-		d := &jsonDecoder{api: sharing, scheme: scheme, serializer: s, safe: map[reflect.Type]bool{}}
+		d := &jsonDecoder{scheme: scheme, serializer: s, share: true}
 		c.decoder = versioning.NewDefaultingCodecForScheme(scheme, nil, d, nil, runtime.InternalGroupVersioner)
 	}
 	return c

@@ -1,12 +1,12 @@
 package object
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand"
 	"reflect"
 	"testing"
-	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/apitesting/fuzzer"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -27,7 +27,7 @@ import (
 func TestDecoderMatchesStorage(t *testing.T) {
 	codec := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
 	b := newIngest(codec, scheme)
-	fast := &jsonDecoder{api: sharing, scheme: scheme, safe: map[reflect.Type]bool{}}
+	fast := &jsonDecoder{scheme: scheme}
 	f := fuzzer.FuzzerFor(fuzzer.MergeFuzzerFuncs(metafuzzer.Funcs, examplefuzzer.Funcs), rand.NewSource(27), codecs)
 	pods := []*example.Pod{edgePod()}
 	for range 500 {
@@ -43,7 +43,7 @@ func TestDecoderMatchesStorage(t *testing.T) {
 			t.Fatalf("pod %d: %v", i, err)
 		}
 		if _, _, ok := fast.decodeFast(o.Raw, nil); !ok {
-			t.Fatalf("pod %d: jsoniter did not decode %s", i, o.Raw)
+			t.Fatalf("pod %d: the exact decoder did not decode %s", i, o.Raw)
 		}
 		got, err := o.Decode()
 		if err != nil {
@@ -70,12 +70,12 @@ func edgePod() *example.Pod {
 		Spec: example.PodSpec{NodeName: "n\u00e9", NodeSelector: map[string]string{}}}
 }
 
-// TestDecoderFallsBack checks what jsoniter leaves to the serializer:
+// TestDecoderFallsBack checks what the exact decoder leaves to the serializer:
 // unstructured objects, bytes with no type header, and bytes it cannot
 // parse. The serializer's answer, error included, is the decoder's.
 func TestDecoderFallsBack(t *testing.T) {
 	s := jsonserializer.NewSerializerWithOptions(headerMeta{}, scheme, scheme, jsonserializer.SerializerOptions{})
-	d := &jsonDecoder{api: sharing, scheme: scheme, serializer: s, safe: map[reflect.Type]bool{}}
+	d := &jsonDecoder{scheme: scheme, serializer: s}
 	pod := []byte(`{"kind":"Pod","apiVersion":"example.apiserver.k8s.io/v1","metadata":{"name":"p"}}`)
 	tests := []struct {
 		name    string
@@ -93,7 +93,7 @@ func TestDecoderFallsBack(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, _, ok := d.decodeFast(tc.data, tc.into); ok != tc.fast {
-				t.Errorf("decoded by jsoniter: %v, want %v", ok, tc.fast)
+				t.Errorf("decoded fast: %v, want %v", ok, tc.fast)
 			}
 			_, _, err := d.Decode(tc.data, nil, tc.into)
 			_, _, want := s.Decode(tc.data, nil, tc.into)
@@ -104,13 +104,15 @@ func TestDecoderFallsBack(t *testing.T) {
 	}
 }
 
-// TestNoInterface checks which types jsoniter may decode: none that holds
-// an interface{} encoding/json would fill.
-func TestNoInterface(t *testing.T) {
+// TestExactTypes checks which types decodeExact decodes itself: none that
+// holds an interface{} encoding/json would fill, or that it cannot decode
+// as encoding/json does.
+func TestExactTypes(t *testing.T) {
 	type tree struct {
 		Children []*tree `json:"children"`
 		Name     string  `json:"name"`
 	}
+	type Inner struct{ A string }
 	tests := []struct {
 		name string
 		v    any
@@ -127,55 +129,67 @@ func TestNoInterface(t *testing.T) {
 		}{}, want: true},
 		{name: "an interface behind UnmarshalJSON", v: struct{ R runtime.RawExtension }{}, want: true},
 		{name: "a type that decodes itself", v: struct{ J json.RawMessage }{}, want: true},
+		{name: "an array", v: struct{ A [2]int }{}, want: false},
+		{name: "a map with int keys", v: struct{ M map[int]string }{}, want: false},
+		{name: "a string option", v: struct {
+			N int `json:",string"`
+		}{}, want: false},
+		{name: "two fields of one name", v: struct {
+			Inner
+			A string
+		}{}, want: false},
+		{name: "an embedded pointer", v: struct{ *Inner }{}, want: false},
+		{name: "json.Number", v: struct{ N json.Number }{}, want: false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := noInterface(reflect.TypeOf(tc.v), map[reflect.Type]bool{}); got != tc.want {
-				t.Errorf("got %v, want %v", got, tc.want)
+			if _, err := exactTypes.of(reflect.TypeOf(tc.v)); (err == nil) != tc.want {
+				t.Errorf("got %v, want it decoded: %v", err, tc.want)
 			}
 		})
 	}
 }
 
-// TestDecodedStringsShareTheBytes checks that a decode of the cache's own
-// bytes shares their strings, which never change, and copies their field
-// sets, which are []byte a caller may change; and that the storage codec,
-// whose input is etcd's and not the cache's, copies both.
+// TestDecodedStringsShareTheBytes: a decode of the cache's own bytes
+// shares their strings, which never change, and copies their field sets,
+// which are []byte a caller may change; the storage codec, whose input is
+// etcd's and not the cache's, copies everything. A string shares the bytes
+// if it changes when they are written over after the decode.
 func TestDecodedStringsShareTheBytes(t *testing.T) {
 	codec := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
-	o, err := newIngest(codec, scheme).Build(benchPod(64))
-	if err != nil {
-		t.Fatal(err)
-	}
 	stored, err := runtime.Encode(codec, benchPod(64))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromStorage, _, err := NewStorageCodec(codec, scheme, func() runtime.Object { return &example.Pod{} }).Decode(stored, nil, &example.Pod{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fromCache, err := o.Decode()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
-		name       string
-		pod        *example.Pod
-		in         []byte
-		wantShared bool
+		name   string
+		d      runtime.Decoder
+		shares bool
 	}{
-		{name: "the cache's bytes", pod: fromCache.(*example.Pod), in: o.Raw, wantShared: true},
-		{name: "etcd's bytes", pod: fromStorage.(*example.Pod), in: stored},
+		{name: "the cache's decoder", d: newIngest(codec, scheme).Codec().decoder, shares: true},
+		{name: "the storage codec", d: NewStorageCodec(codec, scheme, func() runtime.Object { return &example.Pod{} })},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for what, s := range map[string]string{"name": tc.pod.Name, "an annotation": tc.pod.Annotations["payload"],
-				"a label": tc.pod.Labels["group"], "a manager": tc.pod.ManagedFields[0].Manager} {
-				if got := within(unsafe.StringData(s), tc.in); got != tc.wantShared {
-					t.Errorf("%s shares the bytes decoded: %v, want %v", what, got, tc.wantShared)
+			in := bytes.Clone(stored)
+			got, _, err := tc.d.Decode(in, nil, &example.Pod{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _, err := tc.d.Decode(bytes.Clone(stored), nil, &example.Pod{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range in {
+				in[i] = 'x'
+			}
+			g, w := got.(*example.Pod), want.(*example.Pod)
+			for what, pair := range map[string][2]string{"name": {g.Name, w.Name}, "an annotation": {g.Annotations["payload"], w.Annotations["payload"]},
+				"a label value": {g.Labels["group"], w.Labels["group"]}, "a manager": {g.ManagedFields[0].Manager, w.ManagedFields[0].Manager}} {
+				if shared := pair[0] != pair[1]; shared != tc.shares {
+					t.Errorf("%s shares the bytes decoded: %v, want %v", what, shared, tc.shares)
 				}
 			}
-			if within(unsafe.SliceData(tc.pod.ManagedFields[0].FieldsV1.Raw), tc.in) {
+			if !bytes.Equal(g.ManagedFields[0].FieldsV1.Raw, w.ManagedFields[0].FieldsV1.Raw) {
 				t.Error("a field set shares the bytes decoded; its holder may change them")
 			}
 		})

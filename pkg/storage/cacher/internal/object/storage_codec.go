@@ -21,7 +21,7 @@ import (
 // is the same object, since an object survives codec's encode and
 // decode (the round trip every API type is tested for). Anything else (bytes
 // another version or writer stored, that defaulting would change, in
-// another encoding, or that jsoniter does not decode) is decoded by codec
+// another encoding, or that the exact decoder refuses) is decoded by codec
 // itself. The check costs an encode, about a quarter of what it saves:
 // a stored pod of 1 KiB decodes in 16.1 µs against the codec's 31.1 µs,
 // medians of 5 in one run (BenchmarkStorageDecode).
@@ -29,7 +29,7 @@ import (
 // newFunc makes the resource's object, which Decode decodes into when its
 // caller gives none, as the etcd3 store's reads of single objects do.
 func NewStorageCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtime.Object) runtime.Codec {
-	fast := &jsonDecoder{api: caseSensitive, scheme: scheme, serializer: notDecoded{}, safe: map[reflect.Type]bool{}}
+	fast := &jsonDecoder{scheme: scheme, serializer: notDecoded{}}
 	c := &storageCodec{Codec: codec,
 		fast: versioning.NewDefaultingCodecForScheme(scheme, nil, fast, nil, runtime.InternalGroupVersioner)}
 	if newFunc != nil {
@@ -117,7 +117,7 @@ func (c *storageCodec) decodeFast(data []byte, defaults *schema.GroupVersionKind
 	return into, gvk, true
 }
 
-// notDecoded is jsonDecoder's fallback in a storageCodec: what jsoniter
+// notDecoded is jsonDecoder's fallback in a storageCodec: what it
 // does not decode goes to the storage's codec instead.
 type notDecoded struct{}
 

@@ -102,9 +102,6 @@ func cacheConfig(o WatchCacheOptions) cacher.Config {
 		budget = -1
 	}
 	return cacher.Config{
-		// Idle resources' bookmarks then carry fresh resourceVersions even
-		// against an etcd whose own progress-notify interval is long.
-		PeriodicProgressRequests: true,
 		ConsistentReadFallback:   o.ConsistentReadFallback,
 		ConsistencyCheckInterval: checkInterval,
 		WarmStartRevisions:       warmStart,

@@ -38,9 +38,9 @@ func TestCacheConfig(t *testing.T) {
 			if got.Scheme != Scheme {
 				t.Errorf("scheme %p, want the server's, %p", got.Scheme, Scheme)
 			}
-			if !got.PeriodicProgressRequests || (got.InitialEvents != nil) != gates || (got.Lists != nil) != gates {
-				t.Errorf("progress requests %v, initial events gate %v, list gate %v; want true, %v, %v",
-					got.PeriodicProgressRequests, got.InitialEvents != nil, got.Lists != nil, gates, gates)
+			if (got.InitialEvents != nil) != gates || (got.Lists != nil) != gates {
+				t.Errorf("initial events gate %v, list gate %v; want %v, %v",
+					got.InitialEvents != nil, got.Lists != nil, gates, gates)
 			}
 		})
 	}

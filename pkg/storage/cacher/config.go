@@ -43,8 +43,8 @@ const (
 	// DefaultFreshnessTimeout bounds waits for the cache to reach a
 	// resourceVersion, as upstream's 3s.
 	DefaultFreshnessTimeout = 3 * time.Second
-	// DefaultProgressRequestInterval is how often the cache asks etcd for
-	// progress when PeriodicProgressRequests is on.
+	// DefaultProgressRequestInterval is how long the cache's etcd watch may
+	// hear nothing before it asks etcd for progress.
 	DefaultProgressRequestInterval = 5 * time.Second
 	// DefaultConsistencyCheckInterval is how often the cache compares itself
 	// with etcd, as upstream's DetectCacheInconsistency: about the default
@@ -97,7 +97,7 @@ type Config struct {
 	Codec runtime.Codec
 	// Scheme, if set, is the scheme Codec's serializer was made from. With
 	// it the cache decodes its bytes in half the time (their type from
-	// their header, and one pass of jsoniter: internal/object's
+	// their header, and one pass of internal/object's
 	// jsonDecoder), and StorageDecorator's etcd3 stores decode what etcd
 	// holds in half the time too, each result checked by an encode.
 	Scheme *runtime.Scheme
@@ -139,15 +139,14 @@ type Config struct {
 	BookmarkFrequency time.Duration
 	// FreshnessTimeout bounds waits for the cache to reach a resourceVersion.
 	FreshnessTimeout time.Duration
-	// PeriodicProgressRequests asks etcd for progress every
-	// ProgressRequestInterval, so that idle resources' bookmarks carry fresh
-	// resourceVersions. Readers waiting for freshness ask regardless.
-	PeriodicProgressRequests bool
-	// ProgressRequestInterval is the period of PeriodicProgressRequests. It
-	// is also how the cache tells a silent etcd watch from an idle one: a
-	// watch with no event for an interval gets a progress request, and one
-	// still silent an interval later is re-opened, since a blackholed
-	// connection may never return an error.
+	// ProgressRequestInterval is how long the cache's etcd watch may hear
+	// nothing, no event and no progress notification, before it asks etcd
+	// for progress: an idle resource's bookmarks then carry a
+	// resourceVersion at most about this old. It is also how the cache
+	// tells a silent etcd watch from an idle one: one that does not answer
+	// is re-opened, since a blackholed connection may never return an
+	// error (internal/source/silence.go). Readers waiting for freshness
+	// ask regardless.
 	ProgressRequestInterval time.Duration
 	// Client is the etcd Storage writes to. The cache follows the
 	// resource's changes on it, through a watch of its own: etcd sends a
@@ -166,7 +165,8 @@ type Config struct {
 	// Connections, when set, closes the connections to etcd that went
 	// quiet when the cache's etcd watch does, before it is re-opened: on
 	// the same connection it would stay silent until gRPC's keepalive
-	// gives up. StorageDecorator sets one shared by its resources.
+	// gives up. StorageDecorator sets one for each resource, holding the
+	// connections of that resource's etcd clients only.
 	Connections ConnectionDropper
 	// ConsistencyCheckInterval is how often the cache compares itself with
 	// etcd, each wait jittered up to 1.5×. Negative turns the check off.

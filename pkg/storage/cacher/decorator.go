@@ -37,26 +37,13 @@ import (
 // With base.Scheme set, the etcd3 store each cache wraps decodes with
 // object.NewStorageCodec: the same objects, decoded in half the time.
 //
-// Every etcd connection the resources make is dialled through one
-// etcdconn.Tracker, wrapping the transport's own EgressLookup if it has
-// one, so that a cache whose etcd watch went silent closes the quiet
-// connections and its next watch reaches a member that answers.
+// Each resource's etcd connections, its etcd3 store's and its cache's
+// own, are dialled through an etcdconn.Tracker of its own, wrapping the
+// transport's EgressLookup if it has one, so that a cache whose etcd watch
+// went silent closes its resource's quiet connections, and its next watch
+// and requests reach a member that answers. No other resource's
+// connection is touched.
 func StorageDecorator(base Config) generic.StorageDecorator {
-	var (
-		once    sync.Once
-		tracker *etcdconn.Tracker
-		lookErr error
-	)
-	track := func(t storagebackend.TransportConfig) (*etcdconn.Tracker, error) {
-		once.Do(func() {
-			var dial utilnet.DialFunc
-			if t.EgressLookup != nil {
-				dial, lookErr = t.EgressLookup(egressselector.Etcd.AsNetworkContext())
-			}
-			tracker = etcdconn.New(etcdconn.Config{Dial: dial})
-		})
-		return tracker, lookErr
-	}
 	return func(
 		config *storagebackend.ConfigForResource,
 		resourcePrefix string,
@@ -67,10 +54,14 @@ func StorageDecorator(base Config) generic.StorageDecorator {
 		triggerFuncs storage.IndexerFuncs,
 		indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
-		tracker, err := track(config.Transport)
-		if err != nil {
-			return nil, nil, fmt.Errorf("etcd dialer of %s: %w", config.GroupResource, err)
+		var dial utilnet.DialFunc
+		if lookup := config.Transport.EgressLookup; lookup != nil {
+			var err error
+			if dial, err = lookup(egressselector.Etcd.AsNetworkContext()); err != nil {
+				return nil, nil, fmt.Errorf("etcd dialer of %s: %w", config.GroupResource, err)
+			}
 		}
+		tracker := etcdconn.New(etcdconn.Config{Dial: dial})
 		tracked := *config
 		tracked.Transport.EgressLookup = tracker.Lookup
 		if base.Scheme != nil {

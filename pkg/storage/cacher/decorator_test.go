@@ -5,10 +5,12 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/server/egressselector"
 	"k8s.io/apiserver/pkg/storage"
@@ -18,10 +20,11 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/etcdconn"
 )
 
-// TestStorageDecoratorTracksConnections checks that every resource's etcd
-// connections are dialled through one tracker, which is each cache's
-// ConnectionDropper, and that a transport's own egress dialer still makes
-// the connections.
+// TestStorageDecoratorTracksConnections checks that each resource's etcd
+// connections, its store's and its cache's, are dialled through a tracker
+// of its own, which is its cache's ConnectionDropper, that closing one
+// resource's quiet connections leaves another's open, and that a
+// transport's own egress dialer still makes the connections.
 func TestStorageDecoratorTracksConnections(t *testing.T) {
 	server := newTestEtcd(t)
 	var egressDials atomic.Int32
@@ -61,14 +64,26 @@ func TestStorageDecoratorTracksConnections(t *testing.T) {
 		}
 		trackers = append(trackers, tracker)
 	}
-	if trackers[0] != trackers[1] {
-		t.Error("each resource got its own tracker; a silent watch must close every resource's quiet connections")
+	if trackers[0] == trackers[1] {
+		t.Fatal("the resources share a tracker: a silent watch of one would close the other's quiet connections")
 	}
-	// The storage factory waits until its client is connected.
-	if open := trackers[0].Open(); open < 2 {
-		t.Errorf("the tracker holds %d open connections, want one per resource at least", open)
+	// The storage factory waits until its client is connected; each
+	// cache's client connects as its watch opens.
+	for i, tr := range trackers {
+		if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true,
+			func(context.Context) (bool, error) { return tr.Open() >= 2, nil }); err != nil {
+			t.Fatalf("resource %d's tracker holds %d open connections, want its store's and its cache's", i, tr.Open())
+		}
 	}
-	if egressDials.Load() < 2 {
+	open := []int{trackers[0].Open(), trackers[1].Open()}
+	// Every connection is quiet for 0 s or more.
+	if closed := trackers[0].DropQuiet(0); closed != open[0] {
+		t.Errorf("DropQuiet closed %d of the resource's %d connections", closed, open[0])
+	}
+	if n := trackers[1].Open(); n != open[1] {
+		t.Errorf("closing one resource's connections left the other %d open of %d", n, open[1])
+	}
+	if egressDials.Load() < 4 {
 		t.Errorf("the transport's egress dialer made %d connections, want every one", egressDials.Load())
 	}
 }

@@ -2,22 +2,16 @@ package cacher
 
 import (
 	"context"
-	"time"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 )
 
-// tick sends bookmarks every second and, if configured, asks etcd for progress.
+// tick sends bookmarks every second. The etcd watch asks for progress
+// itself when it hears nothing (internal/source/silence.go).
 func (c *Cacher) tick(ctx context.Context) {
 	bookmarks := c.cfg.Clock.NewTicker(fanout.BookmarkTick)
 	defer bookmarks.Stop()
 	defer c.metrics.releaseGauges()
-	var progress <-chan time.Time
-	if c.cfg.PeriodicProgressRequests {
-		t := c.cfg.Clock.NewTicker(c.cfg.ProgressRequestInterval)
-		defer t.Stop()
-		progress = t.C()
-	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -30,8 +24,6 @@ func (c *Cacher) tick(ctx context.Context) {
 			}
 			c.d.Compacted(c.cfg.Storage.CompactRevision())
 			c.d.RecordGauges()
-		case <-progress:
-			c.requestProgress()
 		}
 	}
 }

@@ -1,5 +1,6 @@
-// Package etcdconn keeps the connections the etcd clients of one server
-// make, so that the cache can close the ones that went quiet.
+// Package etcdconn keeps the connections the etcd clients of one resource
+// make, its etcd3 store's and its cache's, so that the cache can close the
+// ones that went quiet without touching another resource's.
 //
 // A member that stops answering (a blackhole, a partition TCP survives, a
 // hung process) leaves its connections open: gRPC notices only when its

@@ -283,6 +283,9 @@ func TestInjectedFaultsAreCaught(t *testing.T) {
 		counter  func(*result) int
 		// short runs it in make test; make chaos runs every one.
 		short bool
+		// load, if set, restarts the server over that many more agents
+		// (restartOverLoadedCompacted) in place of the scenario's fault.
+		load int
 	}{
 		{fault: "drop", scenario: "baseline", counter: func(r *result) int { return r.Reliable }, short: true},
 		{fault: "duplicate", scenario: "baseline", counter: func(r *result) int { return r.Unique }},
@@ -295,15 +298,22 @@ func TestInjectedFaultsAreCaught(t *testing.T) {
 		{fault: string(inject.ListMissesRevisionEvent), scenario: "baseline", counter: func(r *result) int { return r.Lists }},
 		{fault: string(inject.FloorOnProgress), scenario: "server restart over a compacted etcd",
 			counter: func(r *result) int { return r.ended410 + r.Resumable }},
+		// Over 20,000 agents, so that the caches' first lists take long
+		// enough after the restart for /readyz to answer before them: over
+		// the scenario's hundred objects they list within its first poll.
 		{fault: string(inject.ReadyzWithoutCache), scenario: "server restart over a compacted etcd",
-			counter: func(r *result) int { return r.Readiness }, short: true},
+			counter: func(r *result) int { return r.Readiness }, short: true, load: 20_000},
 	}
 	for _, tc := range tests {
 		if !*chaos && !tc.short {
 			continue
 		}
 		t.Run(tc.fault, func(t *testing.T) {
-			r := run(t, scenarioNamed(tc.scenario), ours, tc.fault, newSeed())
+			sc := scenarioNamed(tc.scenario)
+			if tc.load > 0 {
+				sc.fault = restartOverLoadedCompacted(tc.load)
+			}
+			r := run(t, sc, ours, tc.fault, newSeed())
 			record(r)
 			for _, h := range r.harnessErrors {
 				t.Errorf("harness: %s", h)

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,9 +11,12 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
+	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 )
 
 // scenario is one fault, bounded in time, and the topology it needs.
@@ -254,19 +258,47 @@ func serverRestart(ctx context.Context, e *env) error {
 // other is written: a resourceVersion it hands out must stay watchable
 // (issue 56), and /readyz must wait for both caches.
 func restartOverCompacted(ctx context.Context, e *env) error {
-	s := e.servers[0]
-	if err := s.proc.Terminate(time.Minute); err != nil {
-		return err
+	return restartOverLoadedCompacted(0)(ctx, e)
+}
+
+// restartOverLoadedCompacted is restartOverCompacted with n agents put
+// straight into etcd while the server is stopped, so that its caches' first
+// lists take long enough after a restart for /readyz to be seen answering
+// before them, if it does (issue 56's readiness bug, injected).
+func restartOverLoadedCompacted(n int) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		s := e.servers[0]
+		if err := s.proc.Terminate(time.Minute); err != nil {
+			return err
+		}
+		const perTxn = 128 // etcd's default --max-txn-ops
+		for i := 0; i < n; i += perTxn {
+			var ops []clientv3.Op
+			for j := i; j < min(i+perTxn, n); j++ {
+				a := v1beta1.Agent{TypeMeta: metav1.TypeMeta{Kind: "Agent", APIVersion: v1beta1.SchemeGroupVersion.String()},
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("loaded-%05d", j), UID: types.UID(fmt.Sprintf("loaded-%d", j)),
+						CreationTimestamp: metav1.Now()},
+					Spec: v1beta1.AgentSpec{Zone: "zone-a"}}
+				v, err := json.Marshal(a)
+				if err != nil {
+					return err
+				}
+				ops = append(ops, clientv3.OpPut(agentsEtcdPrefix+a.Name, string(v)))
+			}
+			if _, err := e.cluster.client.Txn(ctx).Then(ops...).Commit(); err != nil {
+				return err
+			}
+		}
+		if err := e.cluster.compactToHead(ctx); err != nil {
+			return err
+		}
+		if err := s.proc.Start(); err != nil {
+			return err
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		return s.waitReady(rctx, "")
 	}
-	if err := e.cluster.compactToHead(ctx); err != nil {
-		return err
-	}
-	if err := s.proc.Start(); err != nil {
-		return err
-	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	return s.waitReady(rctx, "")
 }
 
 // stalledClient makes one stream stop reading for 5 s.

@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build image runc run kubectl kube-apiserver test test-unit test-race test-inject test-integration test-faults test-examples fuzz chaos soak robustness generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-watchlist-writes bench-read-after-write clean
+.PHONY: all build image runc run kubectl kube-apiserver test test-unit test-race test-inject test-integration test-faults test-examples fuzz chaos soak robustness generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-watchlist-writes bench-read-after-write bench-serve clean
 
 all: build
 
@@ -204,6 +204,15 @@ bench-memory:
 WATCHLIST_ROUNDS ?= 3
 bench-watchlist-writes:
 	$(call turns-bench,BenchmarkWatchListWrites,WATCHLIST,120m)
+
+## bench-serve: what a single-object watch stream costs the serving path: SERVE_STREAMS (20,000) streams,
+## 500 to an HTTP/2 connection, then SERVE_WRITES creates at 100/s, each reaching one stream: RSS and heap
+## per stream, CPU to open them, CPU per delivered event, latency, idle CPU over 3 minutes; our server and
+## upstream's wiring taking turns for SERVE_ROUNDS rounds (~6 min a round at 20,000). SERVE_ALT=path,… adds
+## other server binaries; BENCH_PROFILE_DIR=dir keeps heap and CPU profiles (issue 57, docs/benchmarks.md).
+SERVE_ROUNDS ?= 3
+bench-serve:
+	$(call turns-bench,BenchmarkServe,SERVE,180m)
 
 generate:
 	hack/update-codegen.sh

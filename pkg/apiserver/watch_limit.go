@@ -16,11 +16,12 @@ import (
 )
 
 // DefaultMaxWatches is --max-watches' default. An open watch costs this
-// server 40 KiB of RSS when clients share HTTP/2 connections and about
-// 100 KiB when each has its own (docs/benchmarks.md, HTTP level), so
-// 20,000 watches are 0.8 to 2 GiB: twice the 10,000 watchers the fan-out
-// benchmarks run, low enough that a runaway client cannot take the
-// server's memory with it.
+// server about 30 KiB of RSS when clients share HTTP/2 connections
+// (make bench-serve) and about 100 KiB when each has its own (make
+// bench-http), so 20,000 watches are 0.6 to 2 GiB: within the manifests'
+// 4 GiB beside 100,000 objects (564 MiB) even with a connection each, and
+// low enough that a runaway client cannot take the server's memory with it
+// (docs/operations.md, Sizing).
 const DefaultMaxWatches = 20_000
 
 // watchLimitRetryAfter is the Retry-After of a refused watch, in seconds.
@@ -74,8 +75,7 @@ func WithWatchLimit(handler http.Handler, max int, serializer runtime.Negotiated
 			responsewriters.ErrorNegotiated(err, l.serializer, gv, w, req)
 			return
 		}
-		defer l.release()
-		handler.ServeHTTP(w, req)
+		serveThen(handler, w, req, l.release)
 	})
 }
 

@@ -46,8 +46,7 @@ func WithWatchListGzip(handler http.Handler, newStream func(io.Writer) GzipStrea
 		req = req.Clone(req.Context())
 		req.Header.Del("Accept-Encoding")
 		gw := &gzipWatchWriter{ResponseWriter: w, newStream: newStream}
-		defer gw.close()
-		handler.ServeHTTP(responsewriter.WrapForHTTP1Or2(gw), req)
+		serveThen(handler, responsewriter.WrapForHTTP1Or2(gw), req, gw.close)
 	})
 }
 

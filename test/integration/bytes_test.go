@@ -182,7 +182,11 @@ func TestResponsesFromBytes(t *testing.T) {
 		for range 2 {
 			requests := requestsOf(t, "WATCH", version)
 			got := encodedWatchLines(ctx, t, cachedClient, cached.URL+path, "gzip", live+1)
-			if d := requestsOf(t, "WATCH", version).minus(requests); d.ok != 1 || d.all != 1 || d.bytes < 1000 {
+			// Counted once. Not with its code and bytes: ours serves watches
+			// with the generic server's APIServingWithRoutine (issue 57),
+			// which records a watch when its handler chain returns, before
+			// the watch is served, as kube-apiserver does with that gate on.
+			if d := requestsOf(t, "WATCH", version).minus(requests); d.all != 1 {
 				t.Errorf("%s gzip: the request metrics counted %+v", path, d)
 			}
 			for i := range want {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	genericfeatures "k8s.io/apiserver/pkg/features"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 )
 
 func TestValidate(t *testing.T) {
@@ -119,5 +121,45 @@ func TestWatchCacheFlagsReachTheCache(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%s: the cache gets %v, want %v", c.flag, c.got, c.want)
 		}
+	}
+}
+
+// TestWatchesOffChainStack checks that ours turns APIServingWithRoutine on
+// unless --feature-gates names it, and that the benchmark's upstream wiring,
+// which clears WatchesOffChainStack, keeps the generic server's default.
+func TestWatchesOffChainStack(t *testing.T) {
+	gate := string(genericfeatures.APIServingWithRoutine)
+	t.Cleanup(func() { _ = utilfeature.DefaultMutableFeatureGate.Set(gate + "=false") })
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		upstream bool
+		want     bool
+	}{
+		{name: "ours", want: true},
+		{name: "upstream's wiring", upstream: true, want: false},
+		{name: "turned off by flag", args: []string{"--feature-gates=" + gate + "=false"}, want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := utilfeature.DefaultMutableFeatureGate.Set(gate + "=false"); err != nil {
+				t.Fatal(err)
+			}
+			o := NewOptions(io.Discard)
+			o.WatchesOffChainStack = !tc.upstream
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.ServerRun.ComponentGlobalsRegistry.Set(); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.serveWatchesOffChainStack(); err != nil {
+				t.Fatal(err)
+			}
+			if got := utilfeature.DefaultFeatureGate.Enabled(genericfeatures.APIServingWithRoutine); got != tc.want {
+				t.Errorf("APIServingWithRoutine = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -23,6 +23,9 @@ func main() {
 		os.Exit(2)
 	}
 	opts.StorageDecoratorOverride = genericregistry.StorageWithCacher()
+	// Upstream as its users get it: the generic server's defaults, not
+	// the serving path's settings ours turns on (issue 57).
+	opts.WatchesOffChainStack = false
 	if err := opts.Run(genericapiserver.SetupSignalContext()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -1,0 +1,248 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
+	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
+)
+
+// BenchmarkServe measures what a watch stream costs the serving path: K
+// single-object streams (fieldSelector=metadata.name=…, bookmarks on), as
+// kubelets watch their Secrets and agents their Assignments, SERVE_PER_CONN
+// to an HTTP/2 connection, K/SERVE_WRITES of them on each name, so that
+// the writes deliver one event to every stream, as in issue 57's
+// measurement; against our server and the same server over upstream's
+// Cacher (test/bench/cmd/server-upstream), each on an etcd of its own,
+// taking turns for SERVE_ROUNDS rounds. Upstream's wiring shares our
+// server's handler chain, so the serving path's changes of issue 57 run in
+// ours only (Options.WatchesOffChainStack): the baseline keeps the generic
+// server's defaults.
+//
+// Reported, per server:
+//
+//	KiB/stream, heap-KiB/stream   RSS, and the live heap after a collection, the
+//	                              streams add, per stream
+//	goroutines/stream             what the streams add
+//	open-cpu-s                    server CPU from the first stream's request until the
+//	                              last one's response began
+//	writes-cpu-s, cpu-us/event    server CPU during the writes (creates included), and
+//	                              per event delivered
+//	p50-ms p99-ms max-ms          from a write's commit, as this process's own etcd
+//	                              watch sees it, to the stream's client reading it
+//	idle-cores                    server CPU per second over SERVE_IDLE_SECONDS (180)
+//	                              once the opening settled: bookmarks and nothing else
+//	settle-s                      how long the CPU took to stay under 0.05 cores for 5 s
+//	                              after the opening (at most 120)
+//	%delivered closed             events the streams got of those they should, and
+//	                              streams that ended
+//
+// SERVE_STREAMS (20,000), SERVE_PER_CONN (500), SERVE_WRITES (2,000) at
+// SERVE_RATE (100/s) change the scale; SERVE_IMPLS and SERVE_ALT pick servers
+// as AGENTS_IMPLS and AGENTS_ALT do. BENCH_PROFILE_DIR saves each server's
+// heap profile once the streams are open and its CPU profile of the writes.
+func BenchmarkServe(b *testing.B) {
+	sc := serveScenario{
+		streams: envInt("SERVE_STREAMS", 20_000),
+		perConn: envInt("SERVE_PER_CONN", 500),
+		writes:  envInt("SERVE_WRITES", 2_000),
+		rate:    float64(envInt("SERVE_RATE", 100)),
+		idle:    time.Duration(envInt("SERVE_IDLE_SECONDS", 180)) * time.Second,
+	}
+	sc.writes = min(sc.writes, sc.streams)
+	impls := serverBinaries(b, "SERVE_IMPLS", "SERVE_ALT")
+	for range envInt("SERVE_ROUNDS", 3) {
+		for _, impl := range impls {
+			b.Run("impl="+impl.name, func(b *testing.B) {
+				for range b.N {
+					runServe(b, impl.name, impl.bin, sc)
+				}
+			})
+		}
+	}
+}
+
+type serveScenario struct {
+	streams, perConn, writes int
+	rate                     float64
+	idle                     time.Duration
+}
+
+// settleQuiet is how long the server's CPU must stay below settleCores
+// before the opening counts as settled.
+const (
+	settleQuiet = 5 * time.Second
+	settleCores = 0.05
+)
+
+func runServe(b *testing.B, impl, bin string, sc serveScenario) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	server, cfg, etcdURL := startWithEtcd(ctx, b, bin, "--max-watches", "0",
+		"--http2-max-streams-per-connection", strconv.Itoa(max(sc.perConn, 250)))
+	pid := server.Pid()
+	commits := newCommitClock(ctx, b, etcdURL)
+	const ns = "serve"
+	client := versioned.NewForConfigOrDie(cfg)
+	list, err := client.FleetV1beta1().Assignments(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hc, err := rest.HTTPClientFor(ownConnection(cfg))
+	if err != nil {
+		b.Fatal(err)
+	}
+	heapBefore, rssBefore := serverMemory(ctx, b, hc, cfg.Host, pid)
+	heapBefore = liveHeap(ctx, b, hc, cfg.Host)
+	goroutinesBefore := scrapeValue(string(get(ctx, b, hc, cfg.Host+"/metrics")), "go_goroutines")
+
+	// Open the streams, SERVE_PER_CONN a connection.
+	base := cfg.Host + "/apis/fleet.example.com/v1beta1/namespaces/" + ns + "/assignments"
+	var mu sync.Mutex // guards reads
+	type read struct {
+		name string
+		at   time.Time
+	}
+	var reads []read
+	var delivered, closed, bookmarks atomic.Int64
+	allDone := make(chan struct{})
+	var doneOnce sync.Once
+	onEvent := func(name string, at time.Time) {
+		mu.Lock()
+		reads = append(reads, read{name, at})
+		mu.Unlock()
+		if delivered.Add(1) == int64(sc.streams) {
+			doneOnce.Do(func() { close(allDone) })
+		}
+	}
+	cpuOpen, _ := procStats(b, pid)
+	var conn *http.Client
+	for i := range sc.streams {
+		if i%sc.perConn == 0 {
+			if conn, err = rest.HTTPClientFor(ownConnection(cfg)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		q := url.Values{"watch": {"1"}, "allowWatchBookmarks": {"true"}, "resourceVersion": {list.ResourceVersion},
+			"fieldSelector": {"metadata.name=" + agentName(i%sc.writes)}}
+		openWatch(ctx, b, conn, base+"?"+q.Encode(), onEvent, func() { bookmarks.Add(1) }, func() { closed.Add(1) })
+	}
+	cpuOpened, _ := procStats(b, pid)
+	settled := settleCPU(ctx, b, pid)
+	heapOpen, rssOpen := serverMemory(ctx, b, hc, cfg.Host, pid)
+	heapOpen = liveHeap(ctx, b, hc, cfg.Host)
+	goroutinesOpen := scrapeValue(string(get(ctx, b, hc, cfg.Host+"/metrics")), "go_goroutines")
+	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("serve-%s-%d-heap.pprof", filepath.Base(bin), pid)),
+			get(ctx, b, hc, cfg.Host+"/debug/pprof/heap?gc=1"), 0o600)
+	}
+	idle := idleCores(b, pid, sc.idle)
+
+	// Writes: each create reaches the streams of its name, streams/writes of
+	// them, and every stream gets one event.
+	profiled := make(chan struct{})
+	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
+		secs := max(1, int(float64(sc.writes)/sc.rate))
+		go func() { // not get: a failed profile must not fail the run, nor call b.Fatal off its goroutine
+			defer close(profiled)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), nil)
+			resp, err := hc.Do(req)
+			if err != nil {
+				b.Logf("CPU profile: %v", err)
+				return
+			}
+			defer resp.Body.Close()
+			if data, err := io.ReadAll(resp.Body); err == nil && resp.StatusCode == http.StatusOK {
+				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("serve-%s-%d-cpu.pprof", filepath.Base(bin), pid)), data, 0o600)
+			}
+		}()
+	} else {
+		close(profiled)
+	}
+	cpuStart, _ := procStats(b, pid)
+	startAt := time.Now()
+	interval := time.Duration(float64(time.Second) / sc.rate)
+	for i := range sc.writes {
+		if d := time.Until(startAt.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d) // pacing the fixed write rate
+		}
+		a := &v1beta1.Assignment{ObjectMeta: metav1.ObjectMeta{Name: agentName(i), Namespace: ns},
+			Spec: v1beta1.AssignmentSpec{AgentName: agentName(i)}}
+		if _, err := client.FleetV1beta1().Assignments(ns).Create(ctx, a, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-allDone:
+	case <-time.After(2 * time.Minute): // bounded: what has not arrived by now is not delivered
+	}
+	cpuEnd, _ := procStats(b, pid)
+	select { // the profile covers the writes; bounded, as every wait
+	case <-profiled:
+	case <-time.After(time.Minute):
+	}
+
+	mu.Lock()
+	var latencies []time.Duration
+	for _, r := range reads {
+		if c, ok := commits.at(ns, r.name); ok {
+			latencies = append(latencies, max(0, r.at.Sub(c)))
+		}
+	}
+	mu.Unlock()
+	n := float64(sc.streams)
+	b.ReportMetric(float64(rssOpen-rssBefore)/n/1024, "KiB/stream")
+	b.ReportMetric(float64(heapOpen-heapBefore)/n/1024, "heap-KiB/stream")
+	b.ReportMetric((goroutinesOpen-goroutinesBefore)/n, "goroutines/stream")
+	b.ReportMetric((cpuOpened - cpuOpen).Seconds(), "open-cpu-s")
+	if d := delivered.Load(); d > 0 {
+		b.ReportMetric(float64((cpuEnd-cpuStart).Microseconds())/float64(d), "cpu-us/event")
+	}
+	b.ReportMetric(idle, "idle-cores")
+	b.ReportMetric(settled.Seconds(), "settle-s")
+	b.ReportMetric((cpuEnd - cpuStart).Seconds(), "writes-cpu-s")
+	b.ReportMetric(100*float64(delivered.Load())/n, "%delivered")
+	b.ReportMetric(float64(closed.Load()), "closed")
+	b.ReportMetric(float64(bookmarks.Load())/n, "bookmarks/stream")
+	if len(latencies) > 0 {
+		b.ReportMetric(ms(percentile(latencies, 0.5)), "p50-ms")
+		b.ReportMetric(ms(percentile(latencies, 0.99)), "p99-ms")
+		b.ReportMetric(ms(percentile(latencies, 1)), "max-ms")
+	}
+	if delivered.Load() != int64(sc.streams) {
+		b.Errorf("%d of %d events delivered", delivered.Load(), sc.streams)
+	}
+}
+
+// settleCPU waits until the server's CPU stays below settleCores for
+// settleQuiet, the streams' opening over, or for at most two minutes, and
+// returns how long it waited.
+func settleCPU(ctx context.Context, b *testing.B, pid int) time.Duration {
+	start := time.Now()
+	last, _ := procStats(b, pid)
+	quietSince := start
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, false, func(context.Context) (bool, error) {
+		now, _ := procStats(b, pid)
+		if (now - last).Seconds() > settleCores {
+			quietSince = time.Now()
+		}
+		last = now
+		return time.Since(quietSince) >= settleQuiet, nil
+	})
+	return time.Since(start)
+}

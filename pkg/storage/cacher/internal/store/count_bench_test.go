@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
@@ -31,10 +32,9 @@ func BenchmarkRemaining(b *testing.B) {
 		}
 		objs := make([]*object.Object, n)
 		for _, i := range perm {
-			// The key lies in its object's bytes, as keyInSlack puts it.
-			raw := make([]byte, 1645, 1792)
-			raw = append(raw, keys[i]...)
-			objs[i] = &object.Object{Key: string(raw[1645:]), Raw: raw, RV: 1}
+			// The key a string of its own beside the object's bytes, as
+			// the builder makes it.
+			objs[i] = &object.Object{Key: strings.Clone(keys[i]), Raw: make([]byte, 1645), RV: 1}
 		}
 		s := New[*event](nil)
 		s.Replace(objs, 1)

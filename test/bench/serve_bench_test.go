@@ -107,8 +107,8 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	heapBefore, rssBefore := serverMemory(ctx, b, hc, cfg.Host, pid)
-	heapBefore = liveHeap(ctx, b, hc, cfg.Host)
+	_, rssBefore := serverMemory(ctx, b, hc, cfg.Host, pid) // after two collections
+	heapBefore := liveHeap(ctx, b, hc, cfg.Host)
 	goroutinesBefore := scrapeValue(string(get(ctx, b, hc, cfg.Host+"/metrics")), "go_goroutines")
 
 	// Open the streams, SERVE_PER_CONN a connection.
@@ -144,8 +144,8 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	}
 	cpuOpened, _ := procStats(b, pid)
 	settled := settleCPU(ctx, b, pid)
-	heapOpen, rssOpen := serverMemory(ctx, b, hc, cfg.Host, pid)
-	heapOpen = liveHeap(ctx, b, hc, cfg.Host)
+	_, rssOpen := serverMemory(ctx, b, hc, cfg.Host, pid)
+	heapOpen := liveHeap(ctx, b, hc, cfg.Host)
 	goroutinesOpen := scrapeValue(string(get(ctx, b, hc, cfg.Host+"/metrics")), "go_goroutines")
 	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("serve-%s-%d-heap.pprof", filepath.Base(bin), pid)),

@@ -70,23 +70,29 @@ func TestExactDecoder(t *testing.T) {
 		{name: "a map with a control character", json: "{\"s\":\"\",\"t\":null,\"m\":{\"a\":\"\x01\"}}"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var got, want stringFields
-			gotErr := decodeExact([]byte(tt.json), &got, false)
-			wantErr := sigsjson.UnmarshalCaseSensitivePreserveInts([]byte(tt.json), &want)
-			if tt.fallback {
-				if gotErr == nil || wantErr != nil {
-					t.Fatalf("decodeExact: %v; the serializer's decoder: %v; want decodeExact alone to fail", gotErr, wantErr)
-				}
-				return
-			}
-			if (gotErr != nil) != (wantErr != nil) {
-				t.Fatalf("decodeExact: %v; the serializer's decoder: %v", gotErr, wantErr)
-			}
-			if wantErr == nil && !reflect.DeepEqual(got, want) {
-				t.Fatalf("decodeExact decoded\n%#v\nthe serializer's decoder\n%#v", got, want)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { decodesAsSerializer[stringFields](t, tt.json, tt.fallback) })
+	}
+}
+
+// decodesAsSerializer checks that decodeExact decodes data into a T as
+// the serializer's decoder does, error for error; or, with fallback, that
+// decodeExact alone refuses it, leaving it to the serializer.
+func decodesAsSerializer[T any](t *testing.T, data string, fallback bool) {
+	t.Helper()
+	var got, want T
+	gotErr := decodeExact([]byte(data), &got, false)
+	wantErr := sigsjson.UnmarshalCaseSensitivePreserveInts([]byte(data), &want)
+	if fallback {
+		if gotErr == nil || wantErr != nil {
+			t.Fatalf("decodeExact: %v; the serializer's decoder: %v; want decodeExact alone to fail", gotErr, wantErr)
+		}
+		return
+	}
+	if (gotErr != nil) != (wantErr != nil) {
+		t.Fatalf("decodeExact: %v; the serializer's decoder: %v", gotErr, wantErr)
+	}
+	if wantErr == nil && !reflect.DeepEqual(got, want) {
+		t.Fatalf("decodeExact decoded\n%#v\nthe serializer's decoder\n%#v", got, want)
 	}
 }
 
@@ -151,23 +157,7 @@ func TestExactDecoderKinds(t *testing.T) {
 		{name: "a final newline", json: "{\"i\":1}\n"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var got, want exactKinds
-			gotErr := decodeExact([]byte(tt.json), &got, false)
-			wantErr := sigsjson.UnmarshalCaseSensitivePreserveInts([]byte(tt.json), &want)
-			if tt.fallback {
-				if gotErr == nil || wantErr != nil {
-					t.Fatalf("decodeExact: %v; the serializer's decoder: %v; want decodeExact alone to fail", gotErr, wantErr)
-				}
-				return
-			}
-			if (gotErr != nil) != (wantErr != nil) {
-				t.Fatalf("decodeExact: %v; the serializer's decoder: %v", gotErr, wantErr)
-			}
-			if wantErr == nil && !reflect.DeepEqual(got, want) {
-				t.Fatalf("decodeExact decoded\n%#v\nthe serializer's decoder\n%#v", got, want)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { decodesAsSerializer[exactKinds](t, tt.json, tt.fallback) })
 	}
 }
 

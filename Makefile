@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build image runc run kubectl kube-apiserver test test-unit test-race test-inject test-integration test-faults test-examples fuzz chaos soak robustness generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-watchlist-writes bench-read-after-write bench-serve clean
+.PHONY: all build image runc run kubectl kube-apiserver test test-unit test-race test-inject test-integration test-faults test-examples fuzz chaos soak robustness generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-watchlist-writes bench-read-after-write bench-serve bench-gates clean
 
 all: build
 
@@ -213,6 +213,16 @@ bench-watchlist-writes:
 SERVE_ROUNDS ?= 3
 bench-serve:
 	$(call turns-bench,BenchmarkServe,SERVE,180m)
+
+## bench-gates: each gate and pacing knob of the cache turned off, against the defaults, where the server
+## runs in a cluster: in aggregated mode behind bin/kube-apiserver with priority and fairness on, the
+## load from users under a FlowSchema of their own. GATES_WATCHLISTS (100) watch-lists and GATES_LISTS
+## (4) lists of GATES_OBJECTS (10,000) beside writes; a control plane a variant, GATES_ROUNDS (3) rounds
+## (~1.5 min a variant); GATES_VARIANTS=gates,none,… picks variants (issue 58, docs/benchmarks.md).
+bench-gates: kube-apiserver
+	mkdir -p $(BIN)
+	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkGatesBehindAggregator -benchtime=1x -timeout 120m \
+	  ./test/integration/ | grep -v 'logger.go' | tee $(CURDIR)/$(BIN)/$@.txt
 
 generate:
 	hack/update-codegen.sh

@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -180,4 +181,25 @@ func (p *Process) PeakRSS() (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmHWM in %s's status", p.cfg.Name)
+}
+
+// CPU returns the CPU time, user and system, the current run has used.
+func (p *Process) CPU() (time.Duration, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command's name, which is in parentheses and may
+	// hold spaces: utime and stime are the 12th and 13th of them.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("%s's stat has %d fields", p.cfg.Name, len(fields))
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticksPerSecond, nil
 }

@@ -44,7 +44,7 @@ func TestAggregated(t *testing.T) {
 	t.Run("RequestHeaderAuthentication", func(t *testing.T) { testRequestHeaderAuthentication(t, a) })
 }
 
-func testAggregatedDiscovery(t *testing.T, s *testServer) {
+func testAggregatedDiscovery(t testing.TB, s *testServer) {
 	client := kubernetes.NewForConfigOrDie(s.Config).Discovery()
 	groups, err := client.ServerGroups()
 	if err != nil {
@@ -110,7 +110,7 @@ func testAggregatedDiscovery(t *testing.T, s *testServer) {
 // testWatchHeadersBeforeFirstEvent checks that the aggregator's proxy
 // passes a watch's response headers on at once: client-go's Watch returns
 // only when it has them, and the namespace holds nothing to send yet.
-func testWatchHeadersBeforeFirstEvent(t *testing.T, s *testServer) {
+func testWatchHeadersBeforeFirstEvent(t testing.TB, s *testServer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := s.Client.FleetV1beta1().Assignments("quiet")
@@ -132,7 +132,7 @@ func testWatchHeadersBeforeFirstEvent(t *testing.T, s *testServer) {
 // testAggregatedInformer syncs a watch-list informer through the
 // aggregator: without the initial-events-end bookmark passing the proxy it
 // would never sync.
-func testAggregatedInformer(t *testing.T, s *testServer) {
+func testAggregatedInformer(t testing.TB, s *testServer) {
 	clientfeaturestesting.SetFeatureDuringTest(t, clientfeatures.WatchListClient, true)
 	const total = 500
 	createMany(t, s, "agg-informer", "item", total)
@@ -161,7 +161,7 @@ func testAggregatedInformer(t *testing.T, s *testServer) {
 // testRequestHeaderAuthentication talks to our server directly: it trusts
 // user headers only from a client certificate the front-proxy CA signed for
 // an allowed name, and everyone else is anonymous.
-func testRequestHeaderAuthentication(t *testing.T, a *aggregatedServer) {
+func testRequestHeaderAuthentication(t testing.TB, a *aggregatedServer) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(a.ServingCA)
 	clientWith := func(cn string) *http.Client {

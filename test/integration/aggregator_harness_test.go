@@ -120,7 +120,7 @@ type replica struct {
 
 // restart stops replica i as SIGTERM does and starts it again, on the same
 // address with the same data, as a rolling upgrade restarts a pod.
-func (a *aggregatedServer) restart(t *testing.T, i int) {
+func (a *aggregatedServer) restart(t testing.TB, i int) {
 	t.Helper()
 	r := &a.replicas[i]
 	r.stop()
@@ -141,7 +141,7 @@ func (a *aggregatedServer) restart(t *testing.T, i int) {
 // startAggregated renders the manifests, starts the aggregator and our
 // server, registers the APIServices and waits until the aggregator's
 // discovery lists fleet.example.com.
-func startAggregated(t *testing.T) *aggregatedServer {
+func startAggregated(t testing.TB) *aggregatedServer {
 	t.Helper()
 	a, _ := startAggregatedReplicas(t, 1)
 	return a
@@ -151,7 +151,7 @@ func startAggregated(t *testing.T) *aggregatedServer {
 // behind the APIService's Service. With more than one they share an etcd
 // and the Service resolves to a balancer over them, as kube-proxy spreads
 // a Service's endpoints.
-func startAggregatedReplicas(t *testing.T, n int, flags ...string) (*aggregatedServer, *testkit.Balancer) {
+func startAggregatedReplicas(t testing.TB, n int, flags ...string) (*aggregatedServer, *testkit.Balancer) {
 	t.Helper()
 	dir := t.TempDir()
 	manifests := renderManifests(t, filepath.Join(dir, "manifests"))
@@ -241,13 +241,13 @@ func startAggregatedReplicas(t *testing.T, n int, flags ...string) (*aggregatedS
 // renderManifests runs the same renderer hack/render-manifests.sh runs
 // and returns the directory of the base variant, one object per file
 // beside its kustomization.yaml; the ha variant is beside it.
-func renderManifests(t *testing.T, out string) string {
+func renderManifests(t testing.TB, out string) string {
 	t.Helper()
 	return renderManifestsIn(t, out, deployNamespace)
 }
 
 // renderManifestsIn is renderManifests for a namespace of the caller's.
-func renderManifestsIn(t *testing.T, out, namespace string) string {
+func renderManifestsIn(t testing.TB, out, namespace string) string {
 	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -265,7 +265,7 @@ func renderManifestsIn(t *testing.T, out, namespace string) string {
 // deploymentArgs returns the rendered Deployment's container arguments,
 // with what is specific to a pod replaced for this machine: the bind
 // address, the serving certificate's mount and the data directory.
-func deploymentArgs(t *testing.T, manifests, dir string) []string {
+func deploymentArgs(t testing.TB, manifests, dir string) []string {
 	t.Helper()
 	var deploy appsv1.Deployment
 	readManifest(t, filepath.Join(manifests, "deployment.yaml"), &deploy)
@@ -322,7 +322,7 @@ type aggregatorConfig struct {
 // startAggregator runs k8s.io/kube-aggregator's server over its own etcd
 // until the test ends. Users authenticate with client certificates from
 // ClientCAFile; system:masters is authorized.
-func startAggregator(t *testing.T, cfg aggregatorConfig) {
+func startAggregator(t testing.TB, cfg aggregatorConfig) {
 	t.Helper()
 	etcd := testserver.RunEtcd(t, nil)
 
@@ -426,7 +426,7 @@ func (r staticResolver) ResolveEndpoint(namespace, name string, port int32) (*ur
 // registerAPIServices creates the rendered APIServices and marks each
 // Available once our /readyz answers over TLS verified with its caBundle
 // for the Service's name, as the remote availability controller would.
-func registerAPIServices(t *testing.T, front *rest.Config, manifests string, backend *url.URL) {
+func registerAPIServices(t testing.TB, front *rest.Config, manifests string, backend *url.URL) {
 	t.Helper()
 	client := aggregatorclient.NewForConfigOrDie(front).ApiregistrationV1().APIServices()
 	ctx := context.Background()
@@ -464,7 +464,7 @@ func registerAPIServices(t *testing.T, front *rest.Config, manifests string, bac
 // waitDiscovered waits until the aggregator serves both versions in
 // discovery and in its merged OpenAPI v3 (which kubectl explain reads). The
 // aggregator fills both asynchronously after an APIService turns Available.
-func waitDiscovered(t *testing.T, cfg *rest.Config) {
+func waitDiscovered(t testing.TB, cfg *rest.Config) {
 	t.Helper()
 	client := kubernetes.NewForConfigOrDie(cfg).Discovery()
 	wantPaths := []string{"apis/fleet.example.com/v1beta1", "apis/fleet.example.com/v1alpha1"}
@@ -501,14 +501,14 @@ func waitDiscovered(t *testing.T, cfg *rest.Config) {
 }
 
 // servingCA is the rendered APIServices' caBundle.
-func servingCA(t *testing.T, manifests string) []byte {
+func servingCA(t testing.TB, manifests string) []byte {
 	t.Helper()
 	var svc apiregistrationv1.APIService
 	readManifest(t, filepath.Join(manifests, "apiservice-v1beta1.yaml"), &svc)
 	return svc.Spec.CABundle
 }
 
-func readManifest(t *testing.T, path string, into any) {
+func readManifest(t testing.TB, path string, into any) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -519,7 +519,7 @@ func readManifest(t *testing.T, path string, into any) {
 	}
 }
 
-func writeFile(t *testing.T, path string, data []byte) {
+func writeFile(t testing.TB, path string, data []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
@@ -527,7 +527,7 @@ func writeFile(t *testing.T, path string, data []byte) {
 }
 
 // issue signs tmpl with ca and writes dir/name.crt and dir/name.key.
-func issue(t *testing.T, ca *pki.CA, tmpl *x509.Certificate, dir, name string) (certFile, keyFile string) {
+func issue(t testing.TB, ca *pki.CA, tmpl *x509.Certificate, dir, name string) (certFile, keyFile string) {
 	t.Helper()
 	cert, key, err := ca.Sign(tmpl)
 	if err != nil {
@@ -540,7 +540,7 @@ func issue(t *testing.T, ca *pki.CA, tmpl *x509.Certificate, dir, name string) (
 	return certFile, keyFile
 }
 
-func writeKubeconfig(t *testing.T, path, server, caFile, certFile, keyFile string) {
+func writeKubeconfig(t testing.TB, path, server, caFile, certFile, keyFile string) {
 	t.Helper()
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["harness"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: caFile}

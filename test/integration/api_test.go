@@ -51,7 +51,7 @@ func testAPI(t *testing.T, s *testServer) {
 	t.Run("WatchList", func(t *testing.T) { testWatchList(t, s) })
 }
 
-func testCRUDBothVersions(t *testing.T, s *testServer) {
+func testCRUDBothVersions(t testing.TB, s *testServer) {
 	ctx := context.Background()
 	beta := s.Client.FleetV1beta1().Assignments(ns)
 	alpha := s.Client.FleetV1alpha1().Assignments(ns)
@@ -142,7 +142,7 @@ func testCRUDBothVersions(t *testing.T, s *testServer) {
 	}
 }
 
-func testStatusSubresource(t *testing.T, s *testServer) {
+func testStatusSubresource(t testing.TB, s *testServer) {
 	ctx := context.Background()
 	c := s.Client.FleetV1beta1().Assignments(ns)
 	a, err := c.Create(ctx, newAssignment("status", "agent-a"), metav1.CreateOptions{})
@@ -184,7 +184,7 @@ func testStatusSubresource(t *testing.T, s *testServer) {
 	}
 }
 
-func testFieldSelectors(t *testing.T, s *testServer) {
+func testFieldSelectors(t testing.TB, s *testServer) {
 	ctx := context.Background()
 	nsName := "selectors"
 	c := s.Client.FleetV1beta1().Assignments(nsName)
@@ -237,7 +237,7 @@ func testFieldSelectors(t *testing.T, s *testServer) {
 	}
 }
 
-func testWatchOrder(t *testing.T, s *testServer) {
+func testWatchOrder(t testing.TB, s *testServer) {
 	ctx := context.Background()
 	c := s.Client.FleetV1beta1().Assignments("watch-order")
 	w := watchFromList(t, c)
@@ -261,7 +261,7 @@ func testWatchOrder(t *testing.T, s *testServer) {
 	}
 }
 
-func testWatchResume(t *testing.T, s *testServer) {
+func testWatchResume(t testing.TB, s *testServer) {
 	ctx := context.Background()
 	c := s.Client.FleetV1beta1().Assignments("resume")
 	a := newAssignment("r", "agent-a")
@@ -287,7 +287,7 @@ func testWatchResume(t *testing.T, s *testServer) {
 	}
 }
 
-func testWatchAfterCompaction(t *testing.T, s *testServer) {
+func testWatchAfterCompaction(t testing.TB, s *testServer) {
 	ctx := context.Background()
 	c := s.Client.FleetV1beta1().Assignments("compaction")
 	a := newAssignment("c", "agent-a")
@@ -355,7 +355,7 @@ func testWatchAfterCompaction(t *testing.T, s *testServer) {
 
 // testWatchList asks for the initial state as watch events, as watch-list
 // informers do, and checks that it ends with the initial-events-end bookmark.
-func testWatchList(t *testing.T, s *testServer) {
+func testWatchList(t testing.TB, s *testServer) {
 	ctx := context.Background()
 	c := s.Client.FleetV1beta1().Assignments("watchlist")
 	for _, agent := range []string{"wl-1", "wl-1", "wl-2"} {
@@ -387,7 +387,7 @@ func testWatchList(t *testing.T, s *testServer) {
 	}
 }
 
-func next(t *testing.T, w watch.Interface) watch.Event {
+func next(t testing.TB, w watch.Interface) watch.Event {
 	t.Helper()
 	select {
 	case ev, ok := <-w.ResultChan():

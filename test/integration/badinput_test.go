@@ -145,7 +145,7 @@ func testSerializers(t *testing.T, s *testServer) {
 	}
 }
 
-func testAuthentication(t *testing.T, s *testServer) {
+func testAuthentication(t testing.TB, s *testServer) {
 	ca, err := os.ReadFile(filepath.Join(s.DataDir, "pki", "ca.crt"))
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +171,7 @@ func testAuthentication(t *testing.T, s *testServer) {
 
 // doStatus sends req and decodes the answer as a Status, with the HTTP code
 // when the body is not one (as for a successful request).
-func doStatus(t *testing.T, c *http.Client, req *http.Request) *metav1.Status {
+func doStatus(t testing.TB, c *http.Client, req *http.Request) *metav1.Status {
 	t.Helper()
 	resp, err := c.Do(req)
 	if err != nil {
@@ -190,7 +190,7 @@ func doStatus(t *testing.T, c *http.Client, req *http.Request) *metav1.Status {
 }
 
 // signClientCert issues a client certificate from the server's CA.
-func signClientCert(t *testing.T, dataDir, user string, groups ...string) tls.Certificate {
+func signClientCert(t testing.TB, dataDir, user string, groups ...string) tls.Certificate {
 	t.Helper()
 	caPEM, err := os.ReadFile(filepath.Join(dataDir, "pki", "ca.crt"))
 	if err != nil {
@@ -213,7 +213,7 @@ func signClientCert(t *testing.T, dataDir, user string, groups ...string) tls.Ce
 	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key}
 }
 
-func mustParseRV(t *testing.T, rv string) int64 {
+func mustParseRV(t testing.TB, rv string) int64 {
 	t.Helper()
 	n, err := strconv.ParseInt(rv, 10, 64)
 	if err != nil {

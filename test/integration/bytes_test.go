@@ -202,7 +202,7 @@ func TestResponsesFromBytes(t *testing.T) {
 // runCounts are the counts of cached_apiserver_watch_cache_gzip_runs_total.
 type runCounts struct{ compressed, shared float64 }
 
-func gzipRuns(t *testing.T) runCounts {
+func gzipRuns(t testing.TB) runCounts {
 	t.Helper()
 	const name = "cached_apiserver_watch_cache_gzip_runs_total"
 	return runCounts{compressed: metricValue(t, legacyregistry.DefaultGatherer, name, map[string]string{"result": "compressed"}),
@@ -218,7 +218,7 @@ func (r runCounts) minus(o runCounts) runCounts {
 // the bytes sent.
 type requestCounts struct{ ok, all, bytes float64 }
 
-func requestsOf(t *testing.T, verb, version string) requestCounts {
+func requestsOf(t testing.TB, verb, version string) requestCounts {
 	t.Helper()
 	g := legacyregistry.DefaultGatherer
 	labels := func(more ...string) map[string]string {
@@ -240,7 +240,7 @@ func (r requestCounts) minus(o requestCounts) requestCounts {
 // encodedWatchLines reads the first n events of a JSON watch that ends
 // by itself, asked for with Accept-Encoding encoding, gzip or identity, in
 // which it must come.
-func encodedWatchLines(ctx context.Context, t *testing.T, c *http.Client, url, encoding string, n int) [][]byte {
+func encodedWatchLines(ctx context.Context, t testing.TB, c *http.Client, url, encoding string, n int) [][]byte {
 	t.Helper()
 	body, _ := encodedBody(ctx, t, c, url, encoding)
 	lines := bytes.SplitAfter(body, []byte("\n"))
@@ -253,7 +253,7 @@ func encodedWatchLines(ctx context.Context, t *testing.T, c *http.Client, url, e
 // encodedBody reads a JSON response that ends by itself, asked for with
 // Accept-Encoding encoding, gzip or identity, in which it must come, and
 // returns it decoded, and how many gzip members it came in.
-func encodedBody(ctx context.Context, t *testing.T, c *http.Client, url, encoding string) ([]byte, int) {
+func encodedBody(ctx context.Context, t testing.TB, c *http.Client, url, encoding string) ([]byte, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -319,7 +319,7 @@ func edgeAssignments() []*fleet.Assignment {
 }
 
 // httpClient is a client for cfg's server that speaks HTTP itself.
-func httpClient(t *testing.T, cfg *rest.Config) *http.Client {
+func httpClient(t testing.TB, cfg *rest.Config) *http.Client {
 	t.Helper()
 	c, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -330,7 +330,7 @@ func httpClient(t *testing.T, cfg *rest.Config) *http.Client {
 
 // sameResponse asks both servers for path in accept and fails the test
 // unless they answer the same status and bytes.
-func sameResponse(t *testing.T, cachedClient, plainClient *http.Client, cachedURL, plainURL, path, accept string) {
+func sameResponse(t testing.TB, cachedClient, plainClient *http.Client, cachedURL, plainURL, path, accept string) {
 	t.Helper()
 	gotCode, got := fetch(t, cachedClient, cachedURL+path, accept)
 	wantCode, want := fetch(t, plainClient, plainURL+path, accept)
@@ -339,7 +339,7 @@ func sameResponse(t *testing.T, cachedClient, plainClient *http.Client, cachedUR
 	}
 }
 
-func fetch(t *testing.T, c *http.Client, url, accept string) (int, []byte) {
+func fetch(t testing.TB, c *http.Client, url, accept string) (int, []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -353,7 +353,7 @@ func fetch(t *testing.T, c *http.Client, url, accept string) (int, []byte) {
 }
 
 // open sends a GET for url asking for accept, and returns the response.
-func open(ctx context.Context, t *testing.T, c *http.Client, url, accept string) *http.Response {
+func open(ctx context.Context, t testing.TB, c *http.Client, url, accept string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -368,7 +368,7 @@ func open(ctx context.Context, t *testing.T, c *http.Client, url, accept string)
 }
 
 // watchLines reads n events of a JSON watch, one a line.
-func watchLines(ctx context.Context, t *testing.T, c *http.Client, url, accept string, n int) [][]byte {
+func watchLines(ctx context.Context, t testing.TB, c *http.Client, url, accept string, n int) [][]byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

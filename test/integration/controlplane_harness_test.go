@@ -113,7 +113,7 @@ func controlPlaneWait() time.Duration {
 // startControlPlane starts the kube-apiserver, deploys our server behind it
 // and waits until the kube-apiserver serves fleet.example.com in discovery
 // and OpenAPI. namespaces are created first, for the tests' objects.
-func startControlPlane(t *testing.T, namespaces ...string) *controlPlane {
+func startControlPlane(t testing.TB, namespaces ...string) *controlPlane {
 	t.Helper()
 	return startControlPlaneWith(t, inProcess{}, namespaces...)
 }
@@ -122,17 +122,17 @@ func startControlPlane(t *testing.T, namespaces ...string) *controlPlane {
 type backend interface {
 	// listen returns the address the server will serve on, and a listener
 	// on it if the harness is to hand one over.
-	listen(t *testing.T) (addr string, ln net.Listener)
+	listen(t testing.TB) (addr string, ln net.Listener)
 	// start runs the server with the rendered manifests, once they are
 	// applied, and returns once it answers /readyz.
-	start(t *testing.T, cp *controlPlane, manifests string, ln net.Listener)
+	start(t testing.TB, cp *controlPlane, manifests string, ln net.Listener)
 }
 
 // inProcess runs our server in the test process, with the Deployment's
 // arguments and a kubeconfig with the ServiceAccount's token.
 type inProcess struct{}
 
-func (inProcess) listen(t *testing.T) (string, net.Listener) {
+func (inProcess) listen(t testing.TB) (string, net.Listener) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -141,7 +141,7 @@ func (inProcess) listen(t *testing.T) (string, net.Listener) {
 	return ln.Addr().String(), ln
 }
 
-func (inProcess) start(t *testing.T, cp *controlPlane, manifests string, ln net.Listener) {
+func (inProcess) start(t testing.TB, cp *controlPlane, manifests string, ln net.Listener) {
 	t.Helper()
 	cp.serverArgs = append(deploymentArgs(t, manifests, filepath.Join(cp.dir, "server")),
 		cp.serverKubeconfigFlags(t)...)
@@ -156,7 +156,7 @@ func (inProcess) start(t *testing.T, cp *controlPlane, manifests string, ln net.
 }
 
 // startControlPlaneWith is startControlPlane with our server run by be.
-func startControlPlaneWith(t *testing.T, be backend, namespaces ...string) *controlPlane {
+func startControlPlaneWith(t testing.TB, be backend, namespaces ...string) *controlPlane {
 	t.Helper()
 	bin := testkit.BuildTool(t, "build-kube-apiserver.sh", "kube-apiserver")
 	cp := &controlPlane{dir: t.TempDir()}
@@ -267,7 +267,7 @@ func startControlPlaneWith(t *testing.T, be backend, namespaces ...string) *cont
 // toLocalhost rewrites the rendered Service into an ExternalName Service
 // for localhost and points the APIServices at our loopback port (see the
 // comment at the top of this file).
-func toLocalhost(t *testing.T, manifests string, port int) {
+func toLocalhost(t testing.TB, manifests string, port int) {
 	t.Helper()
 	path := filepath.Join(manifests, "service.yaml")
 	var svc corev1.Service
@@ -292,7 +292,7 @@ func toLocalhost(t *testing.T, manifests string, port int) {
 // as in-cluster config would give the pod, and points every client of our
 // server at it. No --authentication-skip-lookup: the server reads the
 // extension-apiserver-authentication ConfigMap.
-func (cp *controlPlane) serverKubeconfigFlags(t *testing.T) []string {
+func (cp *controlPlane) serverKubeconfigFlags(t testing.TB) []string {
 	t.Helper()
 	token, err := cp.Kube.CoreV1().ServiceAccounts(deployNamespace).CreateToken(context.Background(), "cached-apiserver",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}},
@@ -319,7 +319,7 @@ func (cp *controlPlane) serverKubeconfigFlags(t *testing.T) []string {
 // allowEverything is the injected authorization bug: a proxy in front of
 // the kube-apiserver that answers every SubjectAccessReview with allowed.
 // It returns a kubeconfig for it.
-func (cp *controlPlane) allowEverything(t *testing.T, token string) string {
+func (cp *controlPlane) allowEverything(t testing.TB, token string) string {
 	t.Helper()
 	target, err := url.Parse(cp.kasURL)
 	if err != nil {
@@ -374,7 +374,7 @@ func (cp *controlPlane) allowEverything(t *testing.T, token string) string {
 
 // restartServer stops our server gracefully, as SIGTERM does, and starts it
 // again on the same address and data directory.
-func (cp *controlPlane) restartServer(t *testing.T) {
+func (cp *controlPlane) restartServer(t testing.TB) {
 	t.Helper()
 	cp.stopServer()
 	ln, err := net.Listen("tcp", cp.backendAddr)
@@ -387,7 +387,7 @@ func (cp *controlPlane) restartServer(t *testing.T) {
 
 // waitAvailable waits until the kube-apiserver's availability controller
 // marks both APIServices Available.
-func (cp *controlPlane) waitAvailable(t *testing.T) {
+func (cp *controlPlane) waitAvailable(t testing.TB) {
 	t.Helper()
 	client := aggregatorclient.NewForConfigOrDie(cp.Front.Config).ApiregistrationV1().APIServices()
 	var last string
@@ -417,7 +417,7 @@ func (cp *controlPlane) waitAvailable(t *testing.T) {
 	}
 }
 
-func (cp *controlPlane) createNamespace(t *testing.T, name string) {
+func (cp *controlPlane) createNamespace(t testing.TB, name string) {
 	t.Helper()
 	_, err := cp.Kube.CoreV1().Namespaces().Create(context.Background(),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
@@ -428,7 +428,7 @@ func (cp *controlPlane) createNamespace(t *testing.T, name string) {
 
 // userKubeconfig writes a kubeconfig for the kube-apiserver with a client
 // certificate for name in groups, and returns its path.
-func (cp *controlPlane) userKubeconfig(t *testing.T, name string, groups ...string) string {
+func (cp *controlPlane) userKubeconfig(t testing.TB, name string, groups ...string) string {
 	t.Helper()
 	cert, key := issue(t, cp.clientCA, pki.Client(name, groups...), cp.dir, "user-"+name)
 	path := filepath.Join(cp.dir, name+".kubeconfig")
@@ -437,7 +437,7 @@ func (cp *controlPlane) userKubeconfig(t *testing.T, name string, groups ...stri
 }
 
 // user is a client for the kube-apiserver as name in groups.
-func (cp *controlPlane) user(t *testing.T, name string, groups ...string) versioned.Interface {
+func (cp *controlPlane) user(t testing.TB, name string, groups ...string) versioned.Interface {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", cp.userKubeconfig(t, name, groups...))
 	if err != nil {
@@ -450,7 +450,7 @@ func (cp *controlPlane) user(t *testing.T, name string, groups ...string) versio
 // direct is a config for our server itself, bypassing the kube-apiserver,
 // that presents the front-proxy client certificate and asserts name and
 // groups in request headers, as the aggregator does when it proxies.
-func (cp *controlPlane) direct(t *testing.T, name string, groups ...string) *rest.Config {
+func (cp *controlPlane) direct(t testing.TB, name string, groups ...string) *rest.Config {
 	t.Helper()
 	cert, key, err := cp.frontProxyCA.Sign(pki.Client(frontProxyUser))
 	if err != nil {
@@ -497,7 +497,7 @@ func (h headers) RoundTrip(req *http.Request) (*http.Response, error) {
 	return h.rt.RoundTrip(req)
 }
 
-func mustGlob(t *testing.T, pattern string) []string {
+func mustGlob(t testing.TB, pattern string) []string {
 	t.Helper()
 	files, err := filepath.Glob(pattern)
 	if err != nil || len(files) == 0 {
@@ -506,7 +506,7 @@ func mustGlob(t *testing.T, pattern string) []string {
 	return files
 }
 
-func writeYAML(t *testing.T, path string, obj any) {
+func writeYAML(t testing.TB, path string, obj any) {
 	t.Helper()
 	data, err := yaml.Marshal(obj)
 	if err != nil {
@@ -516,7 +516,7 @@ func writeYAML(t *testing.T, path string, obj any) {
 }
 
 // statusOf returns the Status of an API error, or fails.
-func statusOf(t *testing.T, err error) metav1.Status {
+func statusOf(t testing.TB, err error) metav1.Status {
 	t.Helper()
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {

@@ -55,7 +55,7 @@ func TestControlPlane(t *testing.T) {
 }
 
 // bind binds the rendered ClusterRole role to users in namespace.
-func bind(t *testing.T, cp *controlPlane, namespace, role string, subjects ...rbacv1.Subject) {
+func bind(t testing.TB, cp *controlPlane, namespace, role string, subjects ...rbacv1.Subject) {
 	t.Helper()
 	_, err := cp.Kube.RbacV1().RoleBindings(namespace).Create(context.Background(), &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: strings.ReplaceAll(role, ":", "-") + "-" + strconv.Itoa(len(subjects)) + "-" + subjects[0].Name},
@@ -78,7 +78,7 @@ func assignment(name, agent string, priority int32) *v1beta1.Assignment {
 	}
 }
 
-func testControlPlaneRBAC(t *testing.T, cp *controlPlane) {
+func testControlPlaneRBAC(t testing.TB, cp *controlPlane) {
 	ctx := context.Background()
 	bind(t, cp, "tenant", "fleet.example.com:view", userSubject("viewer"))
 	bind(t, cp, "tenant", "fleet.example.com:edit", userSubject("editor"))
@@ -151,7 +151,7 @@ func testControlPlaneRBAC(t *testing.T, cp *controlPlane) {
 	}
 }
 
-func wantForbidden(t *testing.T, err error, message string) {
+func wantForbidden(t testing.TB, err error, message string) {
 	t.Helper()
 	if !apierrors.IsForbidden(err) {
 		t.Errorf("want 403 Forbidden, got %v", err)
@@ -164,7 +164,7 @@ func wantForbidden(t *testing.T, err error, message string) {
 
 // testControlPlaneAuthentication sends a ServiceAccount token straight to
 // our server, which can only accept it through a TokenReview.
-func testControlPlaneAuthentication(t *testing.T, cp *controlPlane) {
+func testControlPlaneAuthentication(t testing.TB, cp *controlPlane) {
 	ctx := context.Background()
 	sa, err := cp.Kube.CoreV1().ServiceAccounts("tenant").Create(ctx,
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent"}}, metav1.CreateOptions{})
@@ -206,7 +206,7 @@ func testControlPlaneAuthentication(t *testing.T, cp *controlPlane) {
 	}
 }
 
-func testNamespaceLifecycle(t *testing.T, cp *controlPlane) {
+func testNamespaceLifecycle(t testing.TB, cp *controlPlane) {
 	ctx := context.Background()
 	_, err := cp.Front.Client.FleetV1beta1().Assignments("no-such-namespace").Create(ctx, assignment("a", "agent-1", 0), metav1.CreateOptions{})
 	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `namespaces "no-such-namespace" not found`) {
@@ -251,7 +251,7 @@ func testNamespaceLifecycle(t *testing.T, cp *controlPlane) {
 
 // testValidatingAdmissionPolicy creates a CEL policy in the cluster, which
 // our server must enforce on assignments.
-func testValidatingAdmissionPolicy(t *testing.T, cp *controlPlane) {
+func testValidatingAdmissionPolicy(t testing.TB, cp *controlPlane) {
 	ctx := context.Background()
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: "priority-cap"},
@@ -326,7 +326,7 @@ func testValidatingAdmissionPolicy(t *testing.T, cp *controlPlane) {
 // testPriorityAndFairness gives the user flooder a priority level of its own
 // with few seats and no queue, as a cluster administrator would, and floods
 // our server with flooder's lists while another user lists beside it.
-func testPriorityAndFairness(t *testing.T, cp *controlPlane) {
+func testPriorityAndFairness(t testing.TB, cp *controlPlane) {
 	ctx := context.Background()
 	bind(t, cp, "flood", "fleet.example.com:view", userSubject("flooder"), userSubject("bystander"))
 	createMany(t, cp.Front, "flood", "f", 200)
@@ -425,7 +425,7 @@ func testPriorityAndFairness(t *testing.T, cp *controlPlane) {
 
 // flowSchemaOf returns the UID of the FlowSchema our server classified a
 // request of cfg's user by.
-func flowSchemaOf(t *testing.T, cfg *rest.Config) string {
+func flowSchemaOf(t testing.TB, cfg *rest.Config) string {
 	t.Helper()
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -441,7 +441,7 @@ func flowSchemaOf(t *testing.T, cfg *rest.Config) string {
 
 // http429Client returns a function that lists the flood namespace as cfg's
 // user and returns the HTTP status.
-func http429Client(t *testing.T, cfg *rest.Config) func() int {
+func http429Client(t testing.TB, cfg *rest.Config) func() int {
 	t.Helper()
 	client, err := rest.HTTPClientFor(cfg)
 	if err != nil {
@@ -461,7 +461,7 @@ func http429Client(t *testing.T, cfg *rest.Config) func() int {
 // testInformerAcrossRestart runs an informer through the kube-apiserver
 // while our server restarts, and checks that it ends with every object
 // seen once and a store equal to a fresh list.
-func testInformerAcrossRestart(t *testing.T, cp *controlPlane) {
+func testInformerAcrossRestart(t testing.TB, cp *controlPlane) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := cp.Front.Client.FleetV1beta1().Assignments("informed")
@@ -552,7 +552,7 @@ func testInformerAcrossRestart(t *testing.T, cp *controlPlane) {
 	}
 }
 
-func waitInStore(t *testing.T, informer cache.SharedIndexInformer, name string) {
+func waitInStore(t testing.TB, informer cache.SharedIndexInformer, name string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		_, ok, _ := informer.GetStore().GetByKey("informed/" + name)
@@ -566,7 +566,7 @@ func waitInStore(t *testing.T, informer cache.SharedIndexInformer, name string) 
 // delegatedRequests sums one of k8s.io/apiserver's delegated-authentication
 // or authorization request counters. Our server runs in the test process,
 // so its counters are in the process's registry.
-func delegatedRequests(t *testing.T, name string) float64 {
+func delegatedRequests(t testing.TB, name string) float64 {
 	t.Helper()
 	return metricValue(t, legacyregistry.DefaultGatherer, name, nil)
 }

@@ -77,7 +77,7 @@ func testDeployVariants(t *testing.T, cp *controlPlane) {
 }
 
 // kustomized returns the objects kubectl kustomize renders from dir.
-func kustomized(t *testing.T, k kubectl, dir string) []*unstructured.Unstructured {
+func kustomized(t testing.TB, k kubectl, dir string) []*unstructured.Unstructured {
 	t.Helper()
 	out := k.run(t, "kustomize", dir)
 	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
@@ -99,7 +99,7 @@ func kustomized(t *testing.T, k kubectl, dir string) []*unstructured.Unstructure
 
 // checkHAArguments parses the ha variant's server and etcd arguments as
 // each program does.
-func checkHAArguments(t *testing.T, objs []*unstructured.Unstructured) {
+func checkHAArguments(t testing.TB, objs []*unstructured.Unstructured) {
 	t.Helper()
 	for _, obj := range objs {
 		switch obj.GetKind() {

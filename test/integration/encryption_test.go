@@ -97,7 +97,7 @@ resources:
 // readsPlaintext checks that a get and lists (from the cache, any state,
 // and a consistent one) give the Assignment sealed in ns with payload
 // want, at rv.
-func readsPlaintext(ctx context.Context, t *testing.T, s *testServer, rv, want string) {
+func readsPlaintext(ctx context.Context, t testing.TB, s *testServer, rv, want string) {
 	t.Helper()
 	assignments := s.Client.FleetV1beta1().Assignments(ns)
 	got, err := assignments.Get(ctx, "sealed", metav1.GetOptions{ResourceVersion: "0"})

@@ -62,14 +62,14 @@ type testServer struct {
 
 // startServer runs a standalone server with its data in dataDir until the
 // test ends or stop is called.
-func startServer(t *testing.T, dataDir string, flags ...string) *testServer {
+func startServer(t testing.TB, dataDir string, flags ...string) *testServer {
 	t.Helper()
 	return startServerOn(t, "127.0.0.1:0", dataDir, flags...)
 }
 
 // startServerOn is startServer on a given address, so that a restarted
 // server keeps the URL its clients know.
-func startServerOn(t *testing.T, addr, dataDir string, flags ...string) *testServer {
+func startServerOn(t testing.TB, addr, dataDir string, flags ...string) *testServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -89,7 +89,7 @@ func startServerOn(t *testing.T, addr, dataDir string, flags ...string) *testSer
 
 // runServer parses args as the command line does and serves on ln until
 // the test ends or stop is called.
-func runServer(t *testing.T, ln net.Listener, args []string) (inst *server.Instance, stop func()) {
+func runServer(t testing.TB, ln net.Listener, args []string) (inst *server.Instance, stop func()) {
 	t.Helper()
 	opts := server.NewOptions(io.Discard)
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
@@ -129,7 +129,7 @@ func runServer(t *testing.T, ln net.Listener, args []string) (inst *server.Insta
 
 // connect builds the clients from s.Kubeconfig and waits until the server
 // is ready.
-func (s *testServer) connect(t *testing.T) {
+func (s *testServer) connect(t testing.TB) {
 	t.Helper()
 	var err error
 	s.Config, err = clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
@@ -142,7 +142,7 @@ func (s *testServer) connect(t *testing.T) {
 }
 
 // waitReady polls /readyz until the server reports ready.
-func waitReady(t *testing.T, cfg *rest.Config) {
+func waitReady(t testing.TB, cfg *rest.Config) {
 	t.Helper()
 	rc, err := rest.UnversionedRESTClientFor(withNegotiation(cfg))
 	if err != nil {
@@ -169,7 +169,7 @@ func withNegotiation(cfg *rest.Config) *rest.Config {
 }
 
 // etcdClient connects to the server's etcd.
-func (s *testServer) etcdClient(t *testing.T) *clientv3.Client {
+func (s *testServer) etcdClient(t testing.TB) *clientv3.Client {
 	t.Helper()
 	c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.EtcdEndpoint}, DialTimeout: 10 * time.Second})
 	if err != nil {
@@ -195,7 +195,7 @@ func linesOf(r io.Reader) <-chan string {
 
 // watchFromList lists, then watches from the list's resourceVersion, as an
 // informer does, and stops the watch when the test ends.
-func watchFromList(t *testing.T, c fleetv1beta1.AssignmentInterface) watch.Interface {
+func watchFromList(t testing.TB, c fleetv1beta1.AssignmentInterface) watch.Interface {
 	t.Helper()
 	list, err := c.List(context.Background(), metav1.ListOptions{})
 	if err != nil {

@@ -167,7 +167,7 @@ func TestReadyzWaitsForCaches(t *testing.T) {
 
 // fill writes n Assignments straight to etcd, as the server stores them, in
 // transactions of etcd's largest size.
-func fill(t *testing.T, c *clientv3.Client, n int) {
+func fill(t testing.TB, c *clientv3.Client, n int) {
 	t.Helper()
 	const perTxn = 128 // etcd's default --max-txn-ops
 	for i := 0; i < n; {

@@ -61,7 +61,7 @@ type imageReport struct {
 
 // builtImage builds the image once per test process and returns its
 // report, with its size and files checked against imageFiles.
-func builtImage(t *testing.T) (imageReport, string) {
+func builtImage(t testing.TB) (imageReport, string) {
 	t.Helper()
 	path := testkit.BuildTool(t, "build-image.sh", "image.json")
 	data, err := os.ReadFile(path)
@@ -108,7 +108,7 @@ type inRunc struct {
 // deployedPort is the port the Deployment's --secure-port names.
 const deployedPort = 8443
 
-func (inRunc) listen(t *testing.T) (string, net.Listener) {
+func (inRunc) listen(t testing.TB) (string, net.Listener) {
 	t.Helper()
 	// The container serves on the host's network: the port must be free.
 	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", deployedPort))
@@ -119,7 +119,7 @@ func (inRunc) listen(t *testing.T) (string, net.Listener) {
 	return ln.Addr().String(), nil
 }
 
-func (r inRunc) start(t *testing.T, cp *controlPlane, manifests string, _ net.Listener) {
+func (r inRunc) start(t testing.TB, cp *controlPlane, manifests string, _ net.Listener) {
 	t.Helper()
 	c, err := runDeployed(t, cp, r.rootfs, nil)
 	if err != nil {
@@ -142,7 +142,7 @@ var containers atomic.Int64
 // /readyz. It fails, returning why, if the translation refuses the pod,
 // the container exits, its process is not the Deployment's user, its root
 // filesystem is writable, or it is not ready within two minutes.
-func runDeployed(t *testing.T, cp *controlPlane, rootfs string, change func(*appsv1.Deployment)) (*container, error) {
+func runDeployed(t testing.TB, cp *controlPlane, rootfs string, change func(*appsv1.Deployment)) (*container, error) {
 	t.Helper()
 	dir := t.TempDir()
 	var d appsv1.Deployment
@@ -228,7 +228,7 @@ func runDeployed(t *testing.T, cp *controlPlane, rootfs string, change func(*app
 
 // gracePeriod is the pod's termination grace period, as the bundle
 // records it.
-func gracePeriod(t *testing.T, bundle string) int {
+func gracePeriod(t testing.TB, bundle string) int {
 	t.Helper()
 	var cfg struct {
 		Annotations map[string]string `json:"annotations"`

@@ -48,7 +48,7 @@ func (e *events) handler() cache.ResourceEventHandlerFuncs {
 	}
 }
 
-func (e *events) waitFor(t *testing.T, want string) {
+func (e *events) waitFor(t testing.TB, want string) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		e.mu.Lock()
@@ -88,7 +88,7 @@ func TestInformers(t *testing.T) {
 	}
 }
 
-func testInformer(t *testing.T) {
+func testInformer(t testing.TB) {
 	const total = 5000
 	dir := t.TempDir()
 	s := startServer(t, dir)

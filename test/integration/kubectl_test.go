@@ -21,7 +21,7 @@ type kubectl struct {
 	cacheDir string
 }
 
-func newKubectl(t *testing.T, s *testServer) kubectl {
+func newKubectl(t testing.TB, s *testServer) kubectl {
 	t.Helper()
 	return kubectl{bin: testkit.BuildTool(t, "build-kubectl.sh", "kubectl"), kubeconfig: s.Kubeconfig, cacheDir: t.TempDir()}
 }
@@ -31,7 +31,7 @@ func (k kubectl) command(ctx context.Context, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, k.bin, append([]string{"--kubeconfig", k.kubeconfig, "--cache-dir", k.cacheDir}, args...)...)
 }
 
-func (k kubectl) run(t *testing.T, args ...string) string {
+func (k kubectl) run(t testing.TB, args ...string) string {
 	t.Helper()
 	cmd := k.command(context.Background(), args...)
 	var stdout, stderr bytes.Buffer
@@ -42,7 +42,7 @@ func (k kubectl) run(t *testing.T, args ...string) string {
 	return stdout.String() + stderr.String()
 }
 
-func mustContain(t *testing.T, out string, wants ...string) {
+func mustContain(t testing.TB, out string, wants ...string) {
 	t.Helper()
 	for _, want := range wants {
 		if !strings.Contains(out, want) {
@@ -190,7 +190,7 @@ spec: {agentName: agent-eu-1}
 	})
 }
 
-func writeManifest(t *testing.T, content string) string {
+func writeManifest(t testing.TB, content string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "manifest.yaml")
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {

@@ -116,7 +116,7 @@ func TestMaxWatches(t *testing.T) {
 }
 
 // waitForEvent reads w until an event satisfies match.
-func waitForEvent(t *testing.T, w watch.Interface, match func(watch.Event) bool, what string, args ...any) {
+func waitForEvent(t testing.TB, w watch.Interface, match func(watch.Event) bool, what string, args ...any) {
 	t.Helper()
 	what = fmt.Sprintf(what, args...)
 	timeout := time.After(30 * time.Second)

@@ -72,7 +72,7 @@ func TestMonitoringMetricsExist(t *testing.T) {
 }
 
 // scrapeSampleNames returns the names of the samples /metrics serves.
-func scrapeSampleNames(t *testing.T, cfg *rest.Config) map[string]bool {
+func scrapeSampleNames(t testing.TB, cfg *rest.Config) map[string]bool {
 	t.Helper()
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {

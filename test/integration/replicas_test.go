@@ -45,7 +45,7 @@ func TestAggregatedReplicaLoss(t *testing.T) {
 	}
 }
 
-func testReplicaLoss(t *testing.T, lose func(*aggregatedServer, *testkit.Balancer, int), wantSyncs int32) {
+func testReplicaLoss(t testing.TB, lose func(*aggregatedServer, *testkit.Balancer, int), wantSyncs int32) {
 	a, lb := startAggregatedReplicas(t, 2)
 	s := a.Front
 	const ns = "replica-loss"

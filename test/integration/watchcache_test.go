@@ -17,7 +17,7 @@ import (
 
 // metricValue sums the samples of a counter or gauge, or the sums of a
 // histogram's, whose labels include want.
-func metricValue(t *testing.T, g prometheus.Gatherer, name string, want map[string]string) float64 {
+func metricValue(t testing.TB, g prometheus.Gatherer, name string, want map[string]string) float64 {
 	t.Helper()
 	families, err := g.Gather()
 	if err != nil {
@@ -49,7 +49,7 @@ func hasLabels(m *dto.Metric, want map[string]string) bool {
 }
 
 // etcdWatchers is the number of watchers the in-process etcd serves.
-func etcdWatchers(t *testing.T) float64 {
+func etcdWatchers(t testing.TB) float64 {
 	return metricValue(t, prometheus.DefaultGatherer, "etcd_debugging_mvcc_watcher_total", nil)
 }
 
@@ -110,7 +110,7 @@ func TestOneEtcdWatchPerResource(t *testing.T) {
 
 // etcdListReads counts the range reads the server made for assignments'
 // lists, as opposed to the revision reads of consistent reads.
-func etcdListReads(t *testing.T) float64 {
+func etcdListReads(t testing.TB) float64 {
 	total := 0.0
 	for _, op := range []string{"list", "listWithCount", "listStream"} {
 		total += metricValue(t, legacyregistry.DefaultGatherer, "etcd_requests_total",
@@ -255,7 +255,7 @@ func TestExactResourceVersionList(t *testing.T) {
 }
 
 // createMany creates n assignments named prefix-0000… in parallel.
-func createMany(t *testing.T, s *testServer, namespace, prefix string, n int) {
+func createMany(t testing.TB, s *testServer, namespace, prefix string, n int) {
 	t.Helper()
 	c := s.Client.FleetV1beta1().Assignments(namespace)
 	var wg sync.WaitGroup

@@ -214,11 +214,12 @@ SERVE_ROUNDS ?= 3
 bench-serve:
 	$(call turns-bench,BenchmarkServe,SERVE,180m)
 
-## bench-gates: each gate and pacing knob of the cache turned off, against the defaults, where the server
-## runs in a cluster: in aggregated mode behind bin/kube-apiserver with priority and fairness on, the
-## load from users under a FlowSchema of their own. GATES_WATCHLISTS (100) watch-lists and GATES_LISTS
-## (4) lists of GATES_OBJECTS (10,000) beside writes; a control plane a variant, GATES_ROUNDS (3) rounds
-## (~1.5 min a variant); GATES_VARIANTS=gates,none,… picks variants (issue 58, docs/benchmarks.md).
+## bench-gates: the cache's gate (--watch-cache-initial-events-concurrency) against no gate, where the server
+## runs in a cluster: in aggregated mode behind bin/kube-apiserver with priority and fairness on, the load
+## from users under a FlowSchema of their own. GATES_WATCHLISTS (100) watch-lists and GATES_LISTS (4) lists
+## of GATES_OBJECTS (10,000) beside writes; a control plane a variant, GATES_ROUNDS (3) rounds (~11 min);
+## GATES_VARIANTS=gates,none picks variants, GATES_ALT=path,… adds server binaries, upstream's wiring
+## among them (issue 58, docs/benchmarks.md).
 bench-gates: kube-apiserver
 	mkdir -p $(BIN)
 	set -o pipefail; $(GO) test -run '^$$' -bench BenchmarkGatesBehindAggregator -benchtime=1x -timeout 120m \

@@ -36,18 +36,6 @@ type WatchCacheOptions struct {
 	// InitialEventsConcurrency bounds how many watches stream initial events
 	// at once, across every resource; 0 is no bound. See gate.InitialEvents.
 	InitialEventsConcurrency int
-	// InitialEventsShare is the part of the time a watch streams initial
-	// events while Foreground is busy; see gate.InitialEventsConfig.
-	InitialEventsShare float64
-	// InitialEventsSlice is how long a watch streams before it pauses;
-	// see gate.InitialEventsConfig.
-	InitialEventsSlice time.Duration
-	// Foreground tells when resource requests are being served; nil
-	// never paces initial events.
-	Foreground gate.Foreground
-	// ListConcurrency bounds how many large lists are served at once,
-	// across every resource; 0 is no bound. See gate.Lists.
-	ListConcurrency int
 	// Shutdown begins when the server begins to shut down; see cacher.Shutdown.
 	Shutdown *cacher.Shutdown
 	// Sizes are --watch-cache-sizes, parsed. As upstream, a size of 0 turns
@@ -108,9 +96,7 @@ func cacheConfig(o WatchCacheOptions) cacher.Config {
 		HistoryBudget:            budget,
 		Shutdown:                 o.Shutdown,
 		// The storage codec's serializers are Codecs', made from Scheme.
-		Scheme: Scheme,
-		InitialEvents: gate.NewInitialEvents(gate.InitialEventsConfig{Concurrency: o.InitialEventsConcurrency,
-			Foreground: o.Foreground, Share: o.InitialEventsShare, Slice: o.InitialEventsSlice}),
-		Lists: gate.NewLists(gate.ListsConfig{Concurrency: o.ListConcurrency}),
+		Scheme:        Scheme,
+		InitialEvents: gate.NewInitialEvents(gate.InitialEventsConfig{Concurrency: o.InitialEventsConcurrency}),
 	}
 }

@@ -18,7 +18,7 @@ func TestCacheConfig(t *testing.T) {
 		want cacher.Config
 	}{
 		{"set", WatchCacheOptions{ConsistencyCheckInterval: 42 * time.Second, WarmStartRevisions: 7, HistoryBudget: 64 << 20,
-			ConsistentReadFallback: true, Shutdown: shutdown, InitialEventsConcurrency: 2, ListConcurrency: 2},
+			ConsistentReadFallback: true, Shutdown: shutdown, InitialEventsConcurrency: 2},
 			cacher.Config{ConsistencyCheckInterval: 42 * time.Second, WarmStartRevisions: 7, HistoryBudget: 64 << 20,
 				ConsistentReadFallback: true, Shutdown: shutdown}},
 		{"off", WatchCacheOptions{},
@@ -38,9 +38,8 @@ func TestCacheConfig(t *testing.T) {
 			if got.Scheme != Scheme {
 				t.Errorf("scheme %p, want the server's, %p", got.Scheme, Scheme)
 			}
-			if (got.InitialEvents != nil) != gates || (got.Lists != nil) != gates {
-				t.Errorf("initial events gate %v, list gate %v; want %v, %v",
-					got.InitialEvents != nil, got.Lists != nil, gates, gates)
+			if (got.InitialEvents != nil) != gates {
+				t.Errorf("initial events gate %v, want %v", got.InitialEvents != nil, gates)
 			}
 		})
 	}

@@ -20,8 +20,7 @@ import (
 // consistent one, and the two that decode every object in ours, a Table in
 // pages of 500 and a v1alpha1 list. Like BenchmarkWatchListWrites it loads one etcd
 // once, then runs each server over it in turn, round after round: a
-// same-run A/B of --watch-cache-list-concurrency needs
-// LISTS_ALT=<a script running ours with the flag>.
+// same-run A/B of a flag needs LISTS_ALT=<a script running ours with it>.
 //
 // LISTS_OBJECTS (100,000) sizes it; LISTS_ROUNDS (3) repeats it;
 // LISTS_IMPLS and LISTS_ALT pick the servers as WATCHLIST_IMPLS and

@@ -33,8 +33,9 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
 
-// BenchmarkGatesBehindAggregator is issue 58's A/B of the cache's gates and
-// pacing knobs where the server runs in a cluster: in aggregated mode
+// BenchmarkGatesBehindAggregator is issue 58's A/B of the cache's gate (and,
+// before it removed them, its pacing knobs and list gate) where the server
+// runs in a cluster: in aggregated mode
 // behind a real kube-apiserver, with priority and fairness on in both, and
 // the load from users that priority and fairness does not exempt, under a
 // FlowSchema and priority level written here (gatesFlowControl).
@@ -48,7 +49,8 @@ import (
 // reads, the watch-lists' p50 and last, the lists' last, the server's CPU
 // during the reads, and the 429s the clients met.
 //
-// GATES_VARIANTS=name,… picks among gatesVariants. make bench-gates runs it.
+// GATES_VARIANTS=name,… picks among gatesVariants; GATES_ALT=path,… adds
+// server binaries, for an A/B of a change. make bench-gates runs it.
 func BenchmarkGatesBehindAggregator(b *testing.B) {
 	cfg := gatesConfig{
 		objects:    envInt("GATES_OBJECTS", 10_000),
@@ -64,11 +66,16 @@ func BenchmarkGatesBehindAggregator(b *testing.B) {
 			}
 		}
 	}
+	if alts := os.Getenv("GATES_ALT"); alts != "" {
+		for _, alt := range strings.Split(alts, ",") {
+			variants = append(variants, gatesVariant{name: "alt=" + filepath.Base(alt), bin: alt})
+		}
+	}
 	results := map[string][]gatesResult{}
 	for round := range envInt("GATES_ROUNDS", 3) {
 		for _, v := range variants {
 			b.Run(fmt.Sprintf("%s/round=%d", v.name, round), func(b *testing.B) {
-				r := runGates(b, cfg, v.args)
+				r := runGates(b, cfg, v)
 				b.Logf("%s, round %d: %s", v.name, round, r)
 				results[v.name] = append(results[v.name], r)
 			})
@@ -93,20 +100,17 @@ func BenchmarkGatesBehindAggregator(b *testing.B) {
 	fmt.Print(out.String())
 }
 
-// gatesVariants are our server with its gates as they ship, and with each
-// gate or pacing knob turned off by its flag, and all of them. Pacing
-// applies only to the watches the initial-events bound admits, so "no
-// bound" keeps it with a bound no run reaches.
-var gatesVariants = []struct {
-	name string
-	args []string
-}{
-	{"gates", nil},
-	{"no-pacing", []string{"--watch-cache-initial-events-share=1"}},
-	{"no-bound", []string{"--watch-cache-initial-events-concurrency=100000"}},
-	{"no-list-gate", []string{"--watch-cache-list-concurrency=0"}},
-	{"none", []string{"--watch-cache-initial-events-concurrency=0", "--watch-cache-list-concurrency=0",
-		"--watch-cache-initial-events-share=1"}},
+// gatesVariant is a server to run: bin, ours if empty, with args.
+type gatesVariant struct {
+	name, bin string
+	args      []string
+}
+
+// gatesVariants are our server with its gate as it ships, and with the
+// gate turned off by its flag.
+var gatesVariants = []gatesVariant{
+	{name: "gates"},
+	{name: "none", args: []string{"--watch-cache-initial-events-concurrency=0"}},
 }
 
 type gatesConfig struct {
@@ -160,8 +164,8 @@ const (
 
 // runGates runs one variant on a control plane of its own, which it stops
 // before it returns.
-func runGates(b *testing.B, cfg gatesConfig, args []string) gatesResult {
-	srv := &asProcess{extra: args}
+func runGates(b *testing.B, cfg gatesConfig, v gatesVariant) gatesResult {
+	srv := &asProcess{bin: v.bin, extra: v.args}
 	cp := startControlPlaneWith(b, srv, gatesNamespace)
 	gatesFlowControl(b, cp)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -421,9 +425,10 @@ func initialEvents(b *testing.B, body io.Reader) int {
 	}
 }
 
-// asProcess runs our server binary as a process of its own, with the
-// Deployment's arguments and extra, so that its CPU is its own.
+// asProcess runs our server binary, or bin, as a process of its own, with
+// the Deployment's arguments and extra, so that its CPU is its own.
 type asProcess struct {
+	bin   string
 	extra []string
 	proc  *testkit.Process
 }
@@ -440,7 +445,11 @@ func (p *asProcess) start(t testing.TB, cp *controlPlane, manifests string, _ ne
 	}
 	args := append(deploymentArgs(t, manifests, filepath.Join(cp.dir, "server")), cp.serverKubeconfigFlags(t)...)
 	args = append(args, "--secure-port="+port, "--embedded-etcd-log-level=fatal")
-	p.proc = testkit.StartProcess(t, testkit.ProcessConfig{Name: "cached-apiserver", Bin: testkit.Build(t, testkit.Ours)[0],
+	bin := p.bin
+	if bin == "" {
+		bin = testkit.Build(t, testkit.Ours)[0]
+	}
+	p.proc = testkit.StartProcess(t, testkit.ProcessConfig{Name: "cached-apiserver", Bin: bin,
 		Args: append(args, p.extra...), Grace: 30 * time.Second})
 	cp.stopServer = func() { _ = p.proc.Terminate(30 * time.Second) }
 	waitReady(t, cp.direct(t, user.SystemPrivilegedGroup, user.SystemPrivilegedGroup))

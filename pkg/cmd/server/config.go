@@ -23,7 +23,6 @@ import (
 	fleetopenapi "github.com/cached-apiserver/cached-apiserver/pkg/generated/openapi"
 	"github.com/cached-apiserver/cached-apiserver/pkg/registry"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
 )
 
 // embedded reports whether the server runs its own etcd: no --etcd-servers.
@@ -63,18 +62,14 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	serverConfig.OpenAPIV3Config.Info.Version = "v1beta1"
 
 	maxWatches := o.MaxWatches
-	foreground := apiserver.NewForeground(0, nil)
 	var authReady *apiserver.AuthenticationReady // set below, once authentication is configured
 	serverConfig.BuildHandlerChainFunc = func(h http.Handler, c *genericapiserver.Config) http.Handler {
 		// The watch limit and the shared gzip of watch-lists and lists
 		// innermost, so that the request is authenticated and its info
 		// known, and a list's headers are those the handler sends; the wait
-		// for the client CAs outside the chain, and the foreground's count
-		// outside all, so that a request counts from its start.
+		// for the client CAs outside the chain.
 		inner := apiserver.WithWatchLimit(apiserver.WithWatchListGzip(apiserver.WithListGzip(h, newListGzipStream), newGzipStream), maxWatches, c.Serializer)
-		chain := apiserver.WithForeground(authReady.WithAuthenticationReady(
-			genericapiserver.DefaultBuildHandlerChain(inner, c)),
-			foreground, c.RequestInfoResolver, c.LongRunningFunc)
+		chain := authReady.WithAuthenticationReady(genericapiserver.DefaultBuildHandlerChain(inner, c))
 		if !c.ShutdownSendRetryAfter {
 			return chain
 		}
@@ -116,7 +111,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		return nil, fmt.Errorf("--watch-cache-sizes: %w", err)
 	}
 	o.shutdown = cacher.NewShutdown()
-	decorator := apiserver.StorageDecorator(o.watchCacheOptions(foreground, sizes))
+	decorator := apiserver.StorageDecorator(o.watchCacheOptions(sizes))
 	if o.StorageDecoratorOverride != nil {
 		decorator = o.StorageDecoratorOverride
 	}
@@ -146,16 +141,14 @@ func (o *Options) applyStandaloneAuth(c *genericapiserver.Config) error {
 // written from the cached bytes, 10 watch-lists of 100,000 objects on 2
 // CPUs ended 2.2 times as soon at 4 as at 1, with writes' p99 beside them
 // about the same; with no bound, writes' p99 was 5 times as long
-// (docs/benchmarks.md).
+// (standalone). Behind kube-apiserver with priority and fairness, 4 lists
+// beside 100 watch-lists ended about 10 times as soon with it (make
+// bench-gates; docs/benchmarks.md).
 func defaultInitialEventsConcurrency() int { return 2 * goruntime.GOMAXPROCS(0) }
-
-// defaultListConcurrency is the CPUs this process may use: see
-// --watch-cache-list-concurrency.
-func defaultListConcurrency() int { return goruntime.GOMAXPROCS(0) }
 
 // watchCacheOptions is what the watch-cache flags set, for the cache of
 // every resource.
-func (o *Options) watchCacheOptions(foreground gate.Foreground, sizes map[schema.GroupResource]int) apiserver.WatchCacheOptions {
+func (o *Options) watchCacheOptions(sizes map[schema.GroupResource]int) apiserver.WatchCacheOptions {
 	return apiserver.WatchCacheOptions{
 		Shutdown:                 o.shutdown,
 		Enabled:                  o.Recommended.Etcd.EnableWatchCache,
@@ -164,10 +157,6 @@ func (o *Options) watchCacheOptions(foreground gate.Foreground, sizes map[schema
 		WarmStartRevisions:       o.WarmStartRevisions,
 		HistoryBudget:            o.HistoryBudget.Value(),
 		InitialEventsConcurrency: o.InitialEventsConcurrency,
-		InitialEventsShare:       o.InitialEventsShare,
-		InitialEventsSlice:       o.InitialEventsSlice,
-		Foreground:               foreground,
-		ListConcurrency:          o.ListConcurrency,
 		Sizes:                    sizes,
 	}
 }

@@ -25,7 +25,6 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apiserver"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
-	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
 )
 
 // The modes the server runs in.
@@ -83,15 +82,6 @@ type Options struct {
 	// InitialEventsConcurrency bounds how many watches stream their initial
 	// events at once; 0 is no bound.
 	InitialEventsConcurrency int
-	// InitialEventsShare is the part of the time a watch streams its
-	// initial events while resource requests are being served; 1 is all.
-	InitialEventsShare float64
-	// InitialEventsSlice is how long a watch streams its initial events,
-	// while resource requests are being served, before it pauses.
-	InitialEventsSlice time.Duration
-	// ListConcurrency bounds how many large lists are served at once; 0
-	// is no bound.
-	ListConcurrency int
 	// MaxWatches caps the watch requests served at once; past it a new
 	// watch gets 429 with Retry-After. 0 is no cap.
 	MaxWatches int
@@ -135,9 +125,6 @@ func NewOptions(out io.Writer) *Options {
 		WarmStartRevisions:       cacher.DefaultWarmStartRevisions,
 		MaxWatches:               apiserver.DefaultMaxWatches,
 		InitialEventsConcurrency: defaultInitialEventsConcurrency(),
-		InitialEventsShare:       gate.DefaultShare,
-		InitialEventsSlice:       gate.DefaultSlice,
-		ListConcurrency:          defaultListConcurrency(),
 		HistoryBudget:            resource.QuantityValue{Quantity: *resource.NewQuantity(cacher.DefaultHistoryBudget, resource.BinarySI)},
 		WatchesOffChainStack:     true,
 	}
@@ -186,7 +173,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) cliflag.NamedFlagSets {
 			"answering 429 Too Many Requests. Off by default: under load the fallback moves the whole read load onto etcd.")
 	wc.DurationVar(&o.ConsistencyCheckInterval, "watch-cache-consistency-check-interval", o.ConsistencyCheckInterval,
 		"How often each resource's watch cache compares its keys and resourceVersions with etcd's, read keys-only, "+
-			"and re-lists when they differ (each wait jittered up to 1.5x). 0 turns the check off.")
+			"and re-lists when they differ (each wait jittered up to 1.5x), so that a cache that missed or misapplied "+
+			"an event repairs itself instead of serving the difference until a restart. 0 turns the check off.")
 	wc.Int64Var(&o.WarmStartRevisions, "watch-cache-warm-start-revisions", o.WarmStartRevisions,
 		"How many etcd revisions back each watch cache reaches when it starts, to fill its history from etcd's, so "+
 			"that clients resuming from a resourceVersion older than the start get events instead of 410. etcd's "+
@@ -195,29 +183,15 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) cliflag.NamedFlagSets {
 		"How many watches stream their initial events at once (watch-lists, and watches from resourceVersion 0), "+
 			"across every resource. The others wait their turn, first come first served. While others wait, a watch "+
 			"keeps its turn for at most 5s, and gives it up when its client takes no event for 100ms, until the "+
-			"client reads again. Streams are paced (--watch-cache-initial-events-share), and a state is written from "+
-			"the cached bytes, so the default, twice the CPUs this process may use, keeps writes fast while every "+
-			"watch-list finishes sooner than one at a time. 0 is no bound.")
-	wc.Float64Var(&o.InitialEventsShare, "watch-cache-initial-events-share", o.InitialEventsShare,
-		"The part of the time a watch streams its initial events while resource requests other than watches are "+
-			"being served, or were in the last 100ms: it streams for --watch-cache-initial-events-slice, then pauses "+
-			"for as long as keeps it to this share, so that the requests find CPU free. While such a request is in "+
-			"flight it also stops until none is, for as long as the credit it earned by streaming lasts "+
-			"((1-share)/share of its streaming time, at most 20ms held). Between 0 (exclusive) and 1; 1 never "+
-			"pauses. Only watches that --watch-cache-initial-events-concurrency bounds are paced.")
-	wc.DurationVar(&o.InitialEventsSlice, "watch-cache-initial-events-slice", o.InitialEventsSlice,
-		"How long a paced watch streams its initial events before it pauses (see "+
-			"--watch-cache-initial-events-share). Shorter slices pause the stream more often, for less long each "+
-			"time: 500us took about 1.2ms off writes' p99 beside 10 watch-lists "+
-			"of 100,000 objects on 2 cores, for watch-lists 1.4-1.5x as long. Above 0, at most 1s.")
-	wc.IntVar(&o.ListConcurrency, "watch-cache-list-concurrency", o.ListConcurrency,
-		"How many lists of 10,000 objects or more, served from the watch cache across every resource, are written "+
-			"at once. Writing a list takes a core; the others wait, first come first served, for at most 10s each "+
-			"ahead of them. The default is the CPUs this process may use. 0 is no bound.")
+			"client reads again. Priority and fairness counts requests, not cores: behind kube-apiserver, lists "+
+			"beside 100 watch-lists ended about 10 times as soon with the default, twice the CPUs this process may "+
+			"use, as with no bound, and the watch-lists as soon; in standalone mode it halves the writes' p99 beside "+
+			"them. 0 is no bound.")
 	wc.Var(&o.HistoryBudget, "watch-cache-history-budget",
 		"The most memory, estimated, that each resource's watch cache history may hold in object versions, as a "+
 			"quantity (512Mi). Past it the oldest events leave even inside the history window, and a watch from their "+
-			"resourceVersions gets 410 Gone. 0 is no budget.")
+			"resourceVersions gets 410 Gone. It bounds what a resource of large objects written fast may hold within "+
+			"the 75s window. 0 is no budget.")
 
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
 	o.EmbeddedEtcd.AddFlags(fss.FlagSet("embedded etcd"))
@@ -306,15 +280,6 @@ func (o *Options) Validate() error {
 	}
 	if o.InitialEventsConcurrency < 0 {
 		errs = append(errs, fmt.Errorf("--watch-cache-initial-events-concurrency must be 0 (no bound) or positive, not %d", o.InitialEventsConcurrency))
-	}
-	if !(o.InitialEventsShare > 0 && o.InitialEventsShare <= 1) {
-		errs = append(errs, fmt.Errorf("--watch-cache-initial-events-share must be above 0 and at most 1 (never pause), not %v", o.InitialEventsShare))
-	}
-	if !(o.InitialEventsSlice > 0 && o.InitialEventsSlice <= time.Second) {
-		errs = append(errs, fmt.Errorf("--watch-cache-initial-events-slice must be above 0 and at most 1s, not %v", o.InitialEventsSlice))
-	}
-	if o.ListConcurrency < 0 {
-		errs = append(errs, fmt.Errorf("--watch-cache-list-concurrency must be 0 (no bound) or positive, not %d", o.ListConcurrency))
 	}
 	if o.MaxWatches < 0 {
 		errs = append(errs, fmt.Errorf("--max-watches must be 0 (no limit) or positive, not %d", o.MaxWatches))

@@ -44,21 +44,6 @@ func TestValidate(t *testing.T) {
 		{name: "no initial events bound", args: []string{"--watch-cache-initial-events-concurrency=0"}},
 		{name: "negative initial events concurrency", args: []string{"--watch-cache-initial-events-concurrency=-2"},
 			wantErr: "--watch-cache-initial-events-concurrency must be 0 (no bound) or positive, not -2"},
-		{name: "initial events never paused", args: []string{"--watch-cache-initial-events-share=1"}},
-		{name: "initial events a quarter of the time", args: []string{"--watch-cache-initial-events-share=0.25"}},
-		{name: "initial events never streamed", args: []string{"--watch-cache-initial-events-share=0"},
-			wantErr: "--watch-cache-initial-events-share must be above 0 and at most 1 (never pause), not 0"},
-		{name: "initial events more than all the time", args: []string{"--watch-cache-initial-events-share=1.5"},
-			wantErr: "--watch-cache-initial-events-share must be above 0 and at most 1 (never pause), not 1.5"},
-		{name: "initial events in slices of 500us", args: []string{"--watch-cache-initial-events-slice=500us"}},
-		{name: "initial events in no slices", args: []string{"--watch-cache-initial-events-slice=0"},
-			wantErr: "--watch-cache-initial-events-slice must be above 0 and at most 1s, not 0s"},
-		{name: "initial events in slices over a second", args: []string{"--watch-cache-initial-events-slice=2s"},
-			wantErr: "--watch-cache-initial-events-slice must be above 0 and at most 1s, not 2s"},
-		{name: "list concurrency", args: []string{"--watch-cache-list-concurrency=4"}},
-		{name: "no list bound", args: []string{"--watch-cache-list-concurrency=0"}},
-		{name: "negative list concurrency", args: []string{"--watch-cache-list-concurrency=-1"},
-			wantErr: "--watch-cache-list-concurrency must be 0 (no bound) or positive, not -1"},
 		{name: "no watch limit", args: []string{"--max-watches=0"}},
 		{name: "negative watch limit", args: []string{"--max-watches=-1"},
 			wantErr: "--max-watches must be 0 (no limit) or positive, not -1"},
@@ -96,14 +81,11 @@ func TestWatchCacheFlagsReachTheCache(t *testing.T) {
 		"--watch-cache-consistency-check-interval=42s",
 		"--watch-cache-consistent-read-fallback",
 		"--watch-cache-initial-events-concurrency=5",
-		"--watch-cache-initial-events-share=0.25",
-		"--watch-cache-initial-events-slice=3ms",
-		"--watch-cache-list-concurrency=6",
 		"--watch-cache=false",
 	}); err != nil {
 		t.Fatal(err)
 	}
-	got := o.watchCacheOptions(nil, nil)
+	got := o.watchCacheOptions(nil)
 	for _, c := range []struct {
 		flag      string
 		got, want any
@@ -113,9 +95,6 @@ func TestWatchCacheFlagsReachTheCache(t *testing.T) {
 		{"--watch-cache-consistency-check-interval", got.ConsistencyCheckInterval, 42 * time.Second},
 		{"--watch-cache-consistent-read-fallback", got.ConsistentReadFallback, true},
 		{"--watch-cache-initial-events-concurrency", got.InitialEventsConcurrency, 5},
-		{"--watch-cache-initial-events-share", got.InitialEventsShare, 0.25},
-		{"--watch-cache-initial-events-slice", got.InitialEventsSlice, 3 * time.Millisecond},
-		{"--watch-cache-list-concurrency", got.ListConcurrency, 6},
 		{"--watch-cache", got.Enabled, false},
 	} {
 		if c.got != c.want {

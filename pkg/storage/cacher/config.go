@@ -188,9 +188,6 @@ type Config struct {
 	// InitialEvents bounds how many watchers stream initial events at once,
 	// across the caches that share it; see gate.InitialEvents. Nil: no bound.
 	InitialEvents *gate.InitialEvents
-	// Lists bounds how many large lists are served at once, across
-	// the caches that share it; see gate.Lists. Nil: no bound.
-	Lists *gate.Lists
 	// Clock drives bookmarks and waits. Default: the real clock.
 	Clock clock.WithTicker
 

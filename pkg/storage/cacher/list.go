@@ -122,7 +122,7 @@ func (c *Cacher) listByIndex(ctx context.Context, key string, recursive bool, pr
 				matched = append(matched, o)
 			}
 		}
-		if err := c.setItems(ctx, listObj, matched); err != nil {
+		if err := setItems(listObj, matched); err != nil {
 			return true, err
 		}
 		c.metrics.list(m.IndexName, len(objs), len(matched))
@@ -169,7 +169,7 @@ func (c *Cacher) listFrom(ctx context.Context, snap store.Snapshot, key string, 
 	if inject.On(inject.ListMissesRevisionEvent) {
 		matched = missOneOfRevision(matched, snap.RV)
 	}
-	if err := c.setItems(ctx, listObj, matched); err != nil {
+	if err := setItems(listObj, matched); err != nil {
 		return err
 	}
 	c.metrics.list("", fetched, int(count))
@@ -206,18 +206,6 @@ func missOneOfRevision(objs []*object.Object, rv uint64) []*object.Object {
 		return objs
 	}
 	return append(objs[:first:first], objs[first+1:]...)
-}
-
-// setItems puts objs in listObj's items, once the list gate lets a list of
-// that size through.
-func (c *Cacher) setItems(ctx context.Context, listObj runtime.Object, objs []*object.Object) error {
-	if err := c.cfg.Lists.Enter(ctx, len(objs), c.metrics.listsWaiting); err != nil {
-		// Its client left, or its deadline passed: 504, as for a request
-		// that timed out anywhere else.
-		return apierrors.NewTimeoutError(fmt.Sprintf("too many large lists at once: this list of %d %s waited "+
-			"for the ones ahead of it until its request ended (%v)", len(objs), c.cfg.GroupResource, err), 1)
-	}
-	return setItems(listObj, objs)
 }
 
 // SharingList is a list that takes the cached objects themselves, read-only,

@@ -40,12 +40,6 @@ var (
 	initialEventsWaiting = gaugeVec("initial_events_waiting_watchers",
 		"Watchers waiting for their turn to stream initial events (watch-lists, and watches from "+
 			"resourceVersion 0); --watch-cache-initial-events-concurrency bounds how many stream at once.")
-	initialEventsPaused = counterVec("initial_events_paused_seconds_total",
-		"Time watchers streaming initial events spent paused so that requests being served found CPU free; "+
-			"--watch-cache-initial-events-share sets the part of the time they stream meanwhile.")
-	listsWaiting = gaugeVec("lists_waiting",
-		"Large lists from the cache waiting for their place before taking their items; "+
-			"--watch-cache-list-concurrency bounds how many are written at once.")
 	etcdWatchRestarts = counterVec("etcd_watch_restarts_total",
 		"Times the cache re-opened its etcd watch from its head without re-listing, by why the watch ended: "+
 			"closed, silent, no_leader, etcd_unavailable. Watchers stay open through these.", "reason")
@@ -93,7 +87,7 @@ func registerMetrics() {
 		// here too makes them work for a cache used without one, as in tests.
 		upstream.Register()
 		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
-			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, initialEventsPaused, listsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap, replayedCounter, unreadyGauge)
+			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap, replayedCounter, unreadyGauge)
 		legacyregistry.CustomMustRegister(&gzipRunsCollector{})
 	})
 }
@@ -103,9 +97,8 @@ type cacheMetrics struct {
 	// Metrics is what the fan-out reports.
 	*fanout.Metrics
 	// source is what the source reports.
-	source       source.Metrics
-	gr           schema.GroupResource
-	listsWaiting compbasemetrics.GaugeMetric
+	source source.Metrics
+	gr     schema.GroupResource
 	// The gauges a cache sets are shares: see gaugeShare.
 	encoded *gaugeShare
 	unready *gaugeShare
@@ -133,7 +126,6 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 			Parked:       parkedCounter.WithLabelValues(g, r),
 			Evicted:      historyEvictedCounter.WithLabelValues(g, r),
 			InitEvents:   upstream.InitCounter.WithLabelValues(g, r),
-			InitPaused:   initialEventsPaused.WithLabelValues(g, r),
 			InitWaiting:  initialEventsWaiting.WithLabelValues(g, r),
 			Lag:          catchUpLagEvents.WithLabelValues(g, r),
 			ReadWait:     upstream.WatchCacheReadWait.WithLabelValues(g, r),
@@ -145,10 +137,9 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 			Capacity:     &gaugeShare{g: upstream.WatchCacheCapacity.WithLabelValues(g, r)},
 			Dispatch:     upstream.NewWatcherMetricsObservers(gr),
 		},
-		gr:           gr,
-		listsWaiting: listsWaiting.WithLabelValues(g, r),
-		encoded:      &gaugeShare{g: encodedObjectsGauge.WithLabelValues(g, r)},
-		unready:      &gaugeShare{g: unreadyGauge.WithLabelValues(g, r)},
+		gr:      gr,
+		encoded: &gaugeShare{g: encodedObjectsGauge.WithLabelValues(g, r)},
+		unready: &gaugeShare{g: unreadyGauge.WithLabelValues(g, r)},
 	}
 	m.source = source.Metrics{
 		Received:     upstream.EventsReceivedCounter.WithLabelValues(g, r),

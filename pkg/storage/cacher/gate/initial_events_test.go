@@ -2,7 +2,6 @@ package gate
 
 import (
 	"context"
-	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	compbasemetrics "k8s.io/component-base/metrics"
-	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
@@ -33,7 +31,6 @@ type harness struct {
 	g       *InitialEvents
 	clock   *testingclock.FakeClock
 	waiters *compbasemetrics.Gauge
-	paused  *compbasemetrics.Counter
 }
 
 func newHarness(t *testing.T, concurrency int) *harness {
@@ -42,9 +39,8 @@ func newHarness(t *testing.T, concurrency int) *harness {
 
 func newHarnessWith(t *testing.T, cfg InitialEventsConfig) *harness {
 	h := &harness{t: t, clock: testingclock.NewFakeClock(time.Unix(10_000, 0)),
-		waiters: compbasemetrics.NewGauge(&compbasemetrics.GaugeOpts{Name: "waiting_test"}),
-		paused:  compbasemetrics.NewCounter(&compbasemetrics.CounterOpts{Name: "paused_test"})}
-	compbasemetrics.NewKubeRegistry().MustRegister(h.waiters, h.paused)
+		waiters: compbasemetrics.NewGauge(&compbasemetrics.GaugeOpts{Name: "waiting_test"})}
+	compbasemetrics.NewKubeRegistry().MustRegister(h.waiters)
 	cfg.Clock = h.clock
 	h.g = NewInitialEvents(cfg)
 	return h
@@ -63,7 +59,7 @@ func (h *harness) watchList() *stream {
 	s.stop = sync.OnceFunc(func() { close(s.done) })
 	go func() {
 		defer close(s.ch)
-		turn, ok := h.g.Enter(Stream{Events: s.ch, Done: s.done}, h.waiters, h.paused)
+		turn, ok := h.g.Enter(Stream{Events: s.ch, Done: s.done}, h.waiters)
 		defer turn.Leave()
 		for _, name := range []string{"a", "b", "c"} {
 			if ok = ok && turn.Send(watch.Event{Type: watch.Added, Object: &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: name}}}); !ok {
@@ -306,197 +302,7 @@ func TestNewInitialEvents(t *testing.T) {
 		}
 	}
 	g := NewInitialEvents(InitialEventsConfig{Concurrency: 3})
-	if g == nil || cap(g.slots) != 3 || g.turn != DefaultTurn || g.stall != DefaultStall || g.slice != DefaultSlice || g.yield != DefaultYield {
+	if g == nil || cap(g.slots) != 3 || g.turn != DefaultTurn || g.stall != DefaultStall {
 		t.Errorf("concurrency 3, the rest defaults: %+v", g)
 	}
-}
-
-// fakeForeground is busy or not, and tells each time it is asked; a
-// request is in flight while inFlight is set and open, and flightAsked,
-// if set, tells when that is asked.
-type fakeForeground struct {
-	busy                  bool
-	asked                 chan struct{}
-	inFlight, flightAsked chan struct{}
-}
-
-func (f *fakeForeground) Busy() bool {
-	f.asked <- struct{}{}
-	return f.busy
-}
-
-// waitAsked waits until the watcher asks the fake foreground what says,
-// as asked tells.
-func waitAsked(t *testing.T, asked <-chan struct{}, what string) {
-	t.Helper()
-	testkit.Recv(t, asked, "the watcher never asked "+what)
-}
-
-func (f *fakeForeground) InFlight() <-chan struct{} {
-	if f.flightAsked != nil {
-		f.flightAsked <- struct{}{}
-	}
-	if f.inFlight == nil {
-		return nil
-	}
-	return f.inFlight
-}
-
-// TestInitialEventsYield checks that a watch-list yields to a request in
-// flight, once it has streamed for minRun, until the request ends or the
-// credit it earned by streaming is spent.
-func TestInitialEventsYield(t *testing.T) {
-	const ran = 4 * minRun // streamed before "c"; earns as much credit at share 0.5
-	for _, tc := range []struct {
-		name string
-		ran  time.Duration
-		// end ends the request in the yield; otherwise the credit runs out.
-		end bool
-		// yield is whether "c" waits.
-		yield bool
-	}{
-		{name: "yields until the request ends", ran: ran, end: true, yield: true},
-		{name: "yields until the credit is spent", ran: ran, yield: true},
-		{name: "streams minRun before it yields", ran: minRun - time.Microsecond},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fg := &fakeForeground{busy: true, asked: make(chan struct{}, 1), inFlight: make(chan struct{}),
-				flightAsked: make(chan struct{}, 1)}
-			h := newHarnessWith(t, InitialEventsConfig{Concurrency: 1, Turn: testTurn, Stall: testStall,
-				Foreground: fg, Share: 0.5, Slice: time.Hour})
-			w := h.watchList()
-			blocked(t, w) // "a" is in the buffer, "b" waits for room
-			h.timers(2)   // the turn's and the stall's
-			h.clock.Step(tc.ran)
-			if got := receive(t, w, 1); got[0] != "a" {
-				t.Fatalf("first event %v", got)
-			}
-			if !tc.yield {
-				h.initialEventsAfter(w, "b")
-				return
-			}
-			// "b" went out; before "c" the watcher asks for requests in
-			// flight, and yields.
-			waitAsked(t, fg.flightAsked, "for requests in flight")
-			h.timers(2) // the turn's and the yield's
-			if got := receive(t, w, 1); got[0] != "b" {
-				t.Fatalf("second event %v", got)
-			}
-			expectNothing(t, w)
-			if tc.end {
-				close(fg.inFlight)
-			} else {
-				h.clock.Step(tc.ran - time.Microsecond)
-				if n := h.clock.Waiters(); n != 2 {
-					t.Fatalf("the yield ended before the credit was spent: %d timers, want 2", n)
-				}
-				expectNothing(t, w)
-				h.clock.Step(time.Microsecond)
-			}
-			h.initialEventsAfter(w, "c")
-		})
-	}
-}
-
-// TestInitialEventsPace checks that a watch-list, while the foreground is
-// busy, streams for a slice and then pauses for as long as keeps it to its
-// share of the time, and streams without pause otherwise.
-func TestInitialEventsPace(t *testing.T) {
-	const slice = 2 * time.Millisecond
-	for _, tc := range []struct {
-		name  string
-		busy  bool
-		share float64
-		// pause is how long the third event waits once two went out in
-		// a slice; zero if it does not.
-		pause time.Duration
-		// stop stops the watcher in its pause.
-		stop bool
-	}{
-		{name: "busy, half the time: a pause as long as the slice", busy: true, share: 0.5, pause: slice},
-		{name: "busy, a quarter of the time: a pause three slices long", busy: true, share: 0.25, pause: 3 * slice},
-		{name: "idle: no pause", share: 0.5},
-		{name: "a share of 1: no pause, and the foreground is not asked", busy: true, share: 1},
-		{name: "a watcher stopped in its pause ends", busy: true, share: 0.5, pause: slice, stop: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fg := &fakeForeground{busy: tc.busy, asked: make(chan struct{}, 1)}
-			h := newHarnessWith(t, InitialEventsConfig{Concurrency: 1, Turn: testTurn, Stall: testStall,
-				Foreground: fg, Share: tc.share, Slice: slice})
-			pausedBefore, _ := testutil.GetCounterMetricValue(h.paused)
-			w := h.watchList()
-			// "a" is in the buffer, "b" waits for room; a slice passes.
-			blocked(t, w)
-			h.timers(2) // the turn's and the stall's
-			h.clock.Step(slice)
-			if got := receive(t, w, 1); got[0] != "a" {
-				t.Fatalf("first event %v", got)
-			}
-			if tc.share >= 1 {
-				h.initialEventsAfter(w, "b")
-				select {
-				case <-fg.asked:
-					t.Fatal("the foreground was asked with a share of 1")
-				default:
-				}
-				return
-			}
-			// "b" went out; before "c" the watcher asks the foreground.
-			waitAsked(t, fg.asked, "whether the foreground is busy")
-			if tc.pause == 0 {
-				h.initialEventsAfter(w, "b")
-				return
-			}
-			h.timers(2) // the turn's and the pause's
-			if got := receive(t, w, 1); got[0] != "b" {
-				t.Fatalf("second event %v", got)
-			}
-			if tc.stop {
-				w.stop()
-				if _, open := testkit.Recv(t, w.ch, "the end of the stopped watch"); open {
-					t.Fatal("a watcher stopped in its pause delivered an event")
-				}
-				return
-			}
-			h.clock.Step(tc.pause - time.Microsecond)
-			// Step fires due timers before it returns.
-			if n := h.clock.Waiters(); n != 2 {
-				t.Fatalf("the pause ended before its length: %d timers, want the turn's and the pause's", n)
-			}
-			expectNothing(t, w)
-			h.clock.Step(time.Microsecond)
-			h.initialEventsAfter(w, "c")
-			if paused, _ := testutil.GetCounterMetricValue(h.paused); math.Abs(paused-pausedBefore-tc.pause.Seconds()) > 1e-9 {
-				t.Errorf("%vs paused, as the metric says, want %v", paused-pausedBefore, tc.pause.Seconds())
-			}
-		})
-	}
-}
-
-// TestInitialEventsPauseKeepsTurn checks that a pause moves the end of the
-// watcher's turn: a paused watcher uses no CPU, which turns share out.
-func TestInitialEventsPauseKeepsTurn(t *testing.T) {
-	const slice = 2 * time.Millisecond
-	fg := &fakeForeground{busy: true, asked: make(chan struct{}, 1)}
-	h := newHarnessWith(t, InitialEventsConfig{Concurrency: 1, Turn: 3 * time.Millisecond, Stall: time.Hour,
-		Foreground: fg, Share: 0.5, Slice: slice})
-	first := h.watchList()
-	blocked(t, first) // "a" is in the buffer, "b" waits for room
-	h.timers(2)       // the turn's and the stall's
-	next := h.watchList()
-	h.waiting(1)
-	h.clock.Step(slice)
-	if got := receive(t, first, 1); got[0] != "a" {
-		t.Fatalf("first event %v", got)
-	}
-	// "b" went out; "c" waits for the pause.
-	waitAsked(t, fg.asked, "whether the foreground is busy")
-	h.timers(2) // the turn's and the pause's
-	// The turn's end (3 ms) passes in the pause (2 to 4 ms), which moves
-	// it to 5 ms: the watch-list sends the rest in its turn, before the
-	// next one streams. Had the turn ended, it would wait for the next
-	// one, whose client this test does not read yet, to send its last.
-	h.clock.Step(slice)
-	h.initialEventsAfter(first, "b")
-	h.initialEvents(next)
 }

@@ -99,7 +99,7 @@ func (d *Dispatcher) catchUp(w *Watcher, init *initialEvents) {
 
 // sendInitial streams a snapshot to a new watcher, in its turns at the gate.
 func (d *Dispatcher) sendInitial(w *Watcher, init *initialEvents) bool {
-	turn, ok := d.gate.Enter(gate.Stream{Events: w.ch, Done: w.done}, d.metrics.InitWaiting, d.metrics.InitPaused)
+	turn, ok := d.gate.Enter(gate.Stream{Events: w.ch, Done: w.done}, d.metrics.InitWaiting)
 	defer turn.Leave()
 	if !ok {
 		return false

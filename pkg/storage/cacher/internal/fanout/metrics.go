@@ -13,9 +13,8 @@ type Metrics struct {
 	// history, and Evicted the events that left the history inside its
 	// window, for its byte budget.
 	Dispatched, Terminated, Parked, Evicted compbasemetrics.CounterMetric
-	// InitEvents counts the initial events sent, and InitPaused the
-	// seconds streams of them paused for the server's foreground.
-	InitEvents, InitPaused compbasemetrics.CounterMetric
+	// InitEvents counts the initial events sent.
+	InitEvents compbasemetrics.CounterMetric
 	// InitWaiting is the watchers waiting for a turn at the gate.
 	InitWaiting compbasemetrics.GaugeMetric
 	// Lag observes the events one catch-up read, and ReadWait how long a

@@ -30,7 +30,7 @@ func newTestMetrics() *Metrics {
 	reg.MustRegister(waiting)
 	return &Metrics{
 		Dispatched: counter("dispatched"), Terminated: counter("terminated"), Parked: counter("parked"),
-		Evicted: counter("evicted"), InitEvents: counter("init_events"), InitPaused: counter("init_paused"),
+		Evicted: counter("evicted"), InitEvents: counter("init_events"),
 		InitWaiting: waiting, Lag: histogram("lag"), ReadWait: histogram("read_wait"),
 		Synced: &gauge{}, Lagging: &gauge{}, Snapshots: &gauge{}, History: &gauge{}, HistoryBytes: &gauge{}, Capacity: &gauge{},
 		Dispatch: upstream.NewWatcherMetricsObservers(schema.GroupResource{Resource: "pods"}),

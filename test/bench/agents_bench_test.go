@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
@@ -55,12 +56,12 @@ import (
 // server's heap profile once the agents' streams are open.
 func BenchmarkAgents(b *testing.B) {
 	sc := agentsScenario{
-		streams:     envInt("AGENTS_STREAMS", 20_000),
+		streams:     testkit.EnvInt("AGENTS_STREAMS", 20_000),
 		controllers: 20,
 		shards:      4,
-		writes:      envInt("AGENTS_WRITES", 6_000),
-		rate:        float64(envInt("AGENTS_RATE", 100)),
-		idle:        time.Duration(envInt("AGENTS_IDLE_SECONDS", 120)) * time.Second,
+		writes:      testkit.EnvInt("AGENTS_WRITES", 6_000),
+		rate:        float64(testkit.EnvInt("AGENTS_RATE", 100)),
+		idle:        time.Duration(testkit.EnvInt("AGENTS_IDLE_SECONDS", 120)) * time.Second,
 	}
 	for _, impl := range serverBinaries(b, "AGENTS_IMPLS", "AGENTS_ALT") {
 		b.Run("impl="+impl.name, func(b *testing.B) {

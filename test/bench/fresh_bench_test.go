@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
@@ -33,7 +34,7 @@ import (
 // write's acknowledgement. FRESH_ROUNDS (3), FRESH_IMPLS and FRESH_ALT
 // pick the servers as WATCHLIST_IMPLS and WATCHLIST_ALT do.
 func BenchmarkReadAfterWrite(b *testing.B) {
-	writes, watchers := envInt("FRESH_WRITES", 300), envInt("FRESH_WATCHERS", 50)
+	writes, watchers := testkit.EnvInt("FRESH_WRITES", 300), testkit.EnvInt("FRESH_WATCHERS", 50)
 	l := newLoaded(b, "FRESH", 1000)
 	l.takeTurns(b, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
 		const ns = "fresh"

@@ -223,7 +223,7 @@ func profile(ctx context.Context, cfg *rest.Config, kind, path string) {
 	if err != nil {
 		return
 	}
-	seconds := envInt("BENCH_PROFILE_SECONDS", 2)
+	seconds := testkit.EnvInt("BENCH_PROFILE_SECONDS", 2)
 	if kind == "allocs" {
 		// A memory profile holds what was allocated up to a collection
 		// or two ago, and collections are rare: the delta profile of

@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 )
 
 // BenchmarkObjectMemory measures what the cache holds an object in, and
@@ -47,7 +49,7 @@ import (
 func BenchmarkObjectMemory(b *testing.B) {
 	l := newLoaded(b, "MEMORY", 100_000)
 	objects := l.objects
-	updated := min(envInt("MEMORY_UPDATED", 0), 100)
+	updated := min(testkit.EnvInt("MEMORY_UPDATED", 0), 100)
 	updates := 0
 	l.takeTurns(b, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
 		waitHistoryFilled(ctx, b, hc, cfg.Host)

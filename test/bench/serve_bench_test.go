@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
@@ -58,15 +59,15 @@ import (
 // heap profile once the streams are open and its CPU profile of the writes.
 func BenchmarkServe(b *testing.B) {
 	sc := serveScenario{
-		streams: envInt("SERVE_STREAMS", 20_000),
-		perConn: envInt("SERVE_PER_CONN", 500),
-		writes:  envInt("SERVE_WRITES", 2_000),
-		rate:    float64(envInt("SERVE_RATE", 100)),
-		idle:    time.Duration(envInt("SERVE_IDLE_SECONDS", 180)) * time.Second,
+		streams: testkit.EnvInt("SERVE_STREAMS", 20_000),
+		perConn: testkit.EnvInt("SERVE_PER_CONN", 500),
+		writes:  testkit.EnvInt("SERVE_WRITES", 2_000),
+		rate:    float64(testkit.EnvInt("SERVE_RATE", 100)),
+		idle:    time.Duration(testkit.EnvInt("SERVE_IDLE_SECONDS", 180)) * time.Second,
 	}
 	sc.writes = min(sc.writes, sc.streams)
 	impls := serverBinaries(b, "SERVE_IMPLS", "SERVE_ALT")
-	for range envInt("SERVE_ROUNDS", 3) {
+	for range testkit.EnvInt("SERVE_ROUNDS", 3) {
 		for _, impl := range impls {
 			b.Run("impl="+impl.name, func(b *testing.B) {
 				for range b.N {

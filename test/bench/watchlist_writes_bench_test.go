@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 )
 
 // BenchmarkWatchListWrites measures one figure of BenchmarkScale on its
@@ -35,7 +35,7 @@ import (
 // (probe_bench_test.go). BENCH_TRACE_DIR saves a runtime trace of each server as its
 // watch-lists start, for go tool trace, of BENCH_PROFILE_SECONDS (2).
 func BenchmarkWatchListWrites(b *testing.B) {
-	clients := envInt("WATCHLIST_CLIENTS", 100)
+	clients := testkit.EnvInt("WATCHLIST_CLIENTS", 100)
 	l := newLoaded(b, "WATCHLIST", 10_000)
 	l.takeTurns(b, func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer) {
 		watchListRun(ctx, b, cfg, hc, base, watchListOpts{clients: clients, warmUp: true, etcdURL: l.etcdURL,
@@ -47,13 +47,6 @@ func BenchmarkWatchListWrites(b *testing.B) {
 			b.Fatal(err)
 		}
 	})
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil && v > 0 {
-		return v
-	}
-	return def
 }
 
 // loaded is one etcd loaded once with objects of 1 KiB, which each server
@@ -74,8 +67,8 @@ type loaded struct {
 // <prefix>_ROUNDS (3) rounds of the servers <prefix>_IMPLS and <prefix>_ALT
 // pick (serverBinaries).
 func newLoaded(b *testing.B, prefix string, objects int) *loaded {
-	l := &loaded{dir: b.TempDir(), objects: envInt(prefix+"_OBJECTS", objects), payload: envInt(prefix+"_PAYLOAD", 1024),
-		rounds: envInt(prefix+"_ROUNDS", 3), impls: serverBinaries(b, prefix+"_IMPLS", prefix+"_ALT")}
+	l := &loaded{dir: b.TempDir(), objects: testkit.EnvInt(prefix+"_OBJECTS", objects), payload: testkit.EnvInt(prefix+"_PAYLOAD", 1024),
+		rounds: testkit.EnvInt(prefix+"_ROUNDS", 3), impls: serverBinaries(b, prefix+"_IMPLS", prefix+"_ALT")}
 	l.etcdURL = startScaleEtcd(b, l.dir)
 	var err error
 	if l.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{l.etcdURL}, DialTimeout: 10 * time.Second}); err != nil {

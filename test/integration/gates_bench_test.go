@@ -53,9 +53,9 @@ import (
 // server binaries, for an A/B of a change. make bench-gates runs it.
 func BenchmarkGatesBehindAggregator(b *testing.B) {
 	cfg := gatesConfig{
-		objects:    envInt("GATES_OBJECTS", 10_000),
-		watchLists: envInt("GATES_WATCHLISTS", 100),
-		lists:      envInt("GATES_LISTS", 4),
+		objects:    testkit.EnvInt("GATES_OBJECTS", 10_000),
+		watchLists: testkit.EnvInt("GATES_WATCHLISTS", 100),
+		lists:      testkit.EnvInt("GATES_LISTS", 4),
 	}
 	variants := gatesVariants
 	if names := os.Getenv("GATES_VARIANTS"); names != "" {
@@ -72,7 +72,7 @@ func BenchmarkGatesBehindAggregator(b *testing.B) {
 		}
 	}
 	results := map[string][]gatesResult{}
-	for round := range envInt("GATES_ROUNDS", 3) {
+	for round := range testkit.EnvInt("GATES_ROUNDS", 3) {
 		for _, v := range variants {
 			b.Run(fmt.Sprintf("%s/round=%d", v.name, round), func(b *testing.B) {
 				r := runGates(b, cfg, v)
@@ -83,7 +83,7 @@ func BenchmarkGatesBehindAggregator(b *testing.B) {
 	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "\nbehind kube-apiserver with priority and fairness: %d objects, %d watch-lists, %d lists; median (min–max) of %d rounds\n\n",
-		cfg.objects, cfg.watchLists, cfg.lists, envInt("GATES_ROUNDS", 3))
+		cfg.objects, cfg.watchLists, cfg.lists, testkit.EnvInt("GATES_ROUNDS", 3))
 	fmt.Fprintln(&out, "| variant | writes p99 alone | writes p99 beside | watch-lists p50 | watch-lists last | lists last | server CPU | 429s |")
 	fmt.Fprintln(&out, "|---|---|---|---|---|---|---|---|")
 	for _, v := range variants {
@@ -148,13 +148,6 @@ func spread(rs []gatesResult, f func(gatesResult) float64, format string) string
 	return fmt.Sprintf(format+" ("+format+"–"+format+")", vs[len(vs)/2], vs[0], vs[len(vs)-1])
 }
 
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(strings.TrimSpace(os.Getenv(name))); err == nil && v > 0 {
-		return v
-	}
-	return def
-}
-
 const (
 	gatesNamespace = "bench"
 	gatesGroup     = "bench-load"
@@ -167,12 +160,12 @@ const (
 func runGates(b *testing.B, cfg gatesConfig, v gatesVariant) gatesResult {
 	srv := &asProcess{bin: v.bin, extra: v.args}
 	cp := startControlPlaneWith(b, srv, gatesNamespace)
-	gatesFlowControl(b, cp)
+	writer := cp.user(b, gatesWriter, gatesGroup)
+	gatesFlowControl(b, cp, writer)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	load(ctx, b, versioned.NewForConfigOrDie(cp.direct(b, "loader", user.SystemPrivilegedGroup)), cfg.objects)
 
-	writer := cp.user(b, gatesWriter, gatesGroup)
 	writes := func(stop <-chan struct{}, max int) []time.Duration {
 		var took []time.Duration
 		for i := 0; i < max; i++ {
@@ -268,8 +261,9 @@ func p99(ds []time.Duration) time.Duration {
 // gatesFlowControl puts the bench's users under a priority level of their
 // own, as a cluster operator would for a tenant: not exempt, 30 shares,
 // queued, one flow per user. Both kube-apiserver and our server (which
-// reads the objects from it) classify the bench's requests with it.
-func gatesFlowControl(b *testing.B, cp *controlPlane) {
+// reads the objects from it) classify the bench's requests with it; it
+// waits until writer, one of those users, is authorized.
+func gatesFlowControl(b *testing.B, cp *controlPlane, writer versioned.Interface) {
 	ctx := context.Background()
 	fc := cp.Kube.FlowcontrolV1()
 	_, err := fc.PriorityLevelConfigurations().Create(ctx, &flowcontrolv1.PriorityLevelConfiguration{
@@ -320,7 +314,6 @@ func gatesFlowControl(b *testing.B, cp *controlPlane) {
 	// its status says the kube-apiserver's controller has seen it, and
 	// our server's informers see it within moments; a request as the
 	// writer that succeeds shows RBAC has reached the authorizer.
-	writer := cp.user(b, gatesWriter, gatesGroup)
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		fs, err := fc.FlowSchemas().Get(ctx, "bench", metav1.GetOptions{})
 		if err != nil || len(fs.Status.Conditions) == 0 {

@@ -181,10 +181,14 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 				return End{Reason: EndClosed, Err: fmt.Errorf("the etcd watch of %s closed", f.cfg.GroupResource)}
 			}
 			heard = true
+			if r.End == nil {
+				// Heard before it is applied: the outage is over
+				// before a watcher can see what the new watch brought.
+				alive()
+			}
 			if end, stop := handle(r); stop {
 				return end
 			}
-			alive()
 		}
 	}
 }

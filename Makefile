@@ -207,7 +207,8 @@ bench-watchlist-writes:
 
 ## bench-serve: what a single-object watch stream costs the serving path: SERVE_STREAMS (20,000) streams,
 ## 500 to an HTTP/2 connection, then SERVE_WRITES creates at 100/s, each reaching one stream: RSS and heap
-## per stream, CPU to open them, CPU per delivered event, latency, idle CPU over 3 minutes; our server and
+## per stream, CPU to open them, CPU per delivered event, latency, idle CPU over 3 minutes, CPU while streams
+## re-open at K/450 a second for a minute (SERVE_CHURN_RATE, SERVE_CHURN_SECONDS); our server and
 ## upstream's wiring taking turns for SERVE_ROUNDS rounds (~6 min a round at 20,000). SERVE_ALT=path,… adds
 ## other server binaries; BENCH_PROFILE_DIR=dir keeps heap and CPU profiles (issue 57, docs/benchmarks.md).
 SERVE_ROUNDS ?= 3

@@ -48,6 +48,9 @@ import (
 //	                              watch sees it, to the stream's client reading it
 //	idle-cores                    server CPU per second over SERVE_IDLE_SECONDS (180)
 //	                              once the opening settled: bookmarks and nothing else
+//	churn-cores, cpu-us/reopen    server CPU per second while streams end and are opened
+//	                              again at SERVE_CHURN_RATE a second for SERVE_CHURN_SECONDS
+//	                              (60), and per re-opened stream above idle-cores
 //	settle-s                      how long the CPU took to stay under 0.05 cores for 5 s
 //	                              after the opening (at most 120)
 //	%delivered closed             events the streams got of those they should, and
@@ -64,7 +67,11 @@ func BenchmarkServe(b *testing.B) {
 		writes:  testkit.EnvInt("SERVE_WRITES", 2_000),
 		rate:    float64(testkit.EnvInt("SERVE_RATE", 100)),
 		idle:    time.Duration(testkit.EnvInt("SERVE_IDLE_SECONDS", 180)) * time.Second,
+		churn:   time.Duration(testkit.EnvInt("SERVE_CHURN_SECONDS", 60)) * time.Second,
 	}
+	// client-go ends a watch after 5 to 10 minutes (the reflector's
+	// timeoutSeconds) and opens another: K/450 a second on average.
+	sc.churnRate = float64(testkit.EnvInt("SERVE_CHURN_RATE", max(1, sc.streams/450)))
 	sc.writes = min(sc.writes, sc.streams)
 	impls := serverBinaries(b, "SERVE_IMPLS", "SERVE_ALT")
 	for range testkit.EnvInt("SERVE_ROUNDS", 3) {
@@ -80,8 +87,8 @@ func BenchmarkServe(b *testing.B) {
 
 type serveScenario struct {
 	streams, perConn, writes int
-	rate                     float64
-	idle                     time.Duration
+	rate, churnRate          float64
+	idle, churn              time.Duration
 }
 
 // settleQuiet is how long the server's CPU must stay below settleCores
@@ -132,16 +139,24 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 		}
 	}
 	cpuOpen, _ := procStats(b, pid)
-	var conn *http.Client
-	for i := range sc.streams {
-		if i%sc.perConn == 0 {
-			if conn, err = rest.HTTPClientFor(ownConnection(cfg)); err != nil {
+	conns := make([]*http.Client, 0, sc.streams/sc.perConn+1)
+	stops := make([]context.CancelFunc, sc.streams) // each stream's own, for the churn
+	open := func(i int, rv string) {
+		if i%sc.perConn == 0 && len(conns) == i/sc.perConn {
+			conn, err := rest.HTTPClientFor(ownConnection(cfg))
+			if err != nil {
 				b.Fatal(err)
 			}
+			conns = append(conns, conn)
 		}
-		q := url.Values{"watch": {"1"}, "allowWatchBookmarks": {"true"}, "resourceVersion": {list.ResourceVersion},
+		q := url.Values{"watch": {"1"}, "allowWatchBookmarks": {"true"}, "resourceVersion": {rv},
 			"fieldSelector": {"metadata.name=" + agentName(i%sc.writes)}}
-		openWatch(ctx, b, conn, base+"?"+q.Encode(), onEvent, func() { bookmarks.Add(1) }, func() { closed.Add(1) })
+		var streamCtx context.Context
+		streamCtx, stops[i] = context.WithCancel(ctx)
+		openWatch(streamCtx, b, conns[i/sc.perConn], base+"?"+q.Encode(), onEvent, func() { bookmarks.Add(1) }, func() { closed.Add(1) })
+	}
+	for i := range sc.streams {
+		open(i, list.ResourceVersion)
 	}
 	cpuOpened, _ := procStats(b, pid)
 	settled := settleCPU(ctx, b, pid)
@@ -198,6 +213,26 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	case <-time.After(time.Minute):
 	}
 
+	// Churn: streams end and others open on the same names and
+	// connections, from the head, as informers re-watch.
+	head, err := client.FleetV1beta1().Assignments(ns).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reopens := int(sc.churnRate * sc.churn.Seconds())
+	cpuChurn, _ := procStats(b, pid)
+	churnAt := time.Now()
+	for j := range reopens {
+		if d := time.Until(churnAt.Add(time.Duration(float64(j) / sc.churnRate * float64(time.Second)))); d > 0 {
+			time.Sleep(d) // pacing the fixed re-open rate
+		}
+		i := j % sc.streams
+		stops[i]()
+		open(i, head.ResourceVersion)
+	}
+	churnTook := time.Since(churnAt)
+	cpuChurned, _ := procStats(b, pid)
+
 	mu.Lock()
 	var latencies []time.Duration
 	for _, r := range reads {
@@ -215,6 +250,11 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 		b.ReportMetric(float64((cpuEnd-cpuStart).Microseconds())/float64(d), "cpu-us/event")
 	}
 	b.ReportMetric(idle, "idle-cores")
+	if reopens > 0 {
+		b.ReportMetric((cpuChurned-cpuChurn).Seconds()/churnTook.Seconds(), "churn-cores")
+		aboveIdle := (cpuChurned-cpuChurn).Seconds() - idle*churnTook.Seconds()
+		b.ReportMetric(aboveIdle*1e6/float64(reopens), "cpu-us/reopen")
+	}
 	b.ReportMetric(settled.Seconds(), "settle-s")
 	b.ReportMetric((cpuEnd - cpuStart).Seconds(), "writes-cpu-s")
 	b.ReportMetric(100*float64(delivered.Load())/n, "%delivered")

@@ -4,6 +4,7 @@ package validation
 
 import (
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
@@ -29,19 +30,15 @@ func ValidateAssignment(a *fleet.Assignment) field.ErrorList {
 
 // ValidateAssignmentUpdate validates an update of an Assignment's spec and metadata.
 func ValidateAssignmentUpdate(a, old *fleet.Assignment) field.ErrorList {
-	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&a.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
-	allErrs = append(allErrs, validateAssignmentSpec(&a.Spec, field.NewPath("spec"))...)
-	allErrs = append(allErrs, apimachineryvalidation.ValidateImmutableField(
-		a.Spec.AgentName, old.Spec.AgentName, field.NewPath("spec", "agentName"))...)
-	allErrs = append(allErrs, validateAssignmentStatus(&a.Status, field.NewPath("status"))...)
-	return allErrs
+	return update(&a.ObjectMeta, &old.ObjectMeta,
+		validateAssignmentSpec(&a.Spec, field.NewPath("spec")),
+		apimachineryvalidation.ValidateImmutableField(a.Spec.AgentName, old.Spec.AgentName, field.NewPath("spec", "agentName")),
+		validateAssignmentStatus(&a.Status, field.NewPath("status")))
 }
 
 // ValidateAssignmentStatusUpdate validates an update through the status subresource.
 func ValidateAssignmentStatusUpdate(a, old *fleet.Assignment) field.ErrorList {
-	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&a.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
-	allErrs = append(allErrs, validateAssignmentStatus(&a.Status, field.NewPath("status"))...)
-	return allErrs
+	return update(&a.ObjectMeta, &old.ObjectMeta, validateAssignmentStatus(&a.Status, field.NewPath("status")))
 }
 
 func validateAssignmentSpec(s *fleet.AssignmentSpec, fld *field.Path) field.ErrorList {
@@ -85,16 +82,21 @@ func ValidateAgent(a *fleet.Agent) field.ErrorList {
 
 // ValidateAgentUpdate validates an update of an Agent's spec and metadata.
 func ValidateAgentUpdate(a, old *fleet.Agent) field.ErrorList {
-	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&a.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
-	allErrs = append(allErrs, validateAgentSpec(&a.Spec, field.NewPath("spec"))...)
-	allErrs = append(allErrs, validateAgentStatus(&a.Status, field.NewPath("status"))...)
-	return allErrs
+	return update(&a.ObjectMeta, &old.ObjectMeta,
+		validateAgentSpec(&a.Spec, field.NewPath("spec")), validateAgentStatus(&a.Status, field.NewPath("status")))
 }
 
 // ValidateAgentStatusUpdate validates an update through the status subresource.
 func ValidateAgentStatusUpdate(a, old *fleet.Agent) field.ErrorList {
-	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&a.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
-	allErrs = append(allErrs, validateAgentStatus(&a.Status, field.NewPath("status"))...)
+	return update(&a.ObjectMeta, &old.ObjectMeta, validateAgentStatus(&a.Status, field.NewPath("status")))
+}
+
+// update is an update's errors: its metadata's, then the others found.
+func update(meta, old *metav1.ObjectMeta, found ...field.ErrorList) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(meta, old, field.NewPath("metadata"))
+	for _, errs := range found {
+		allErrs = append(allErrs, errs...)
+	}
 	return allErrs
 }
 

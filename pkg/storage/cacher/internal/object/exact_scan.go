@@ -142,23 +142,34 @@ func (s *scan) skipString() {
 	s.i = min(s.i+1, len(s.b))
 }
 
-// nextKey moves to the next key of the object s is in, and past it and
-// its colon: first is whether it is the object's first. more is false at
-// the object's end, which it moves past.
-func (s *scan) nextKey(first bool) (key []byte, more bool, err error) {
-	if s.next() == '}' {
-		s.i++
-		return nil, false, nil
+// entries reads the object s is at, to its end: for each key, it calls
+// value with the key once s is past it and its colon, at its value, which
+// value must read.
+func (s *scan) entries(value func(key []byte) error) error {
+	if err := s.eat('{'); err != nil {
+		return err
 	}
-	if !first {
-		if err := s.eat(','); err != nil {
-			return nil, false, err
+	for first := true; ; first = false {
+		if s.next() == '}' {
+			s.i++
+			return nil
+		}
+		if !first {
+			if err := s.eat(','); err != nil {
+				return err
+			}
+		}
+		key, err := s.key()
+		if err == nil {
+			err = s.eat(':')
+		}
+		if err == nil {
+			err = value(key)
+		}
+		if err != nil {
+			return err
 		}
 	}
-	if key, err = s.key(); err != nil {
-		return nil, false, err
-	}
-	return key, true, s.eat(':')
 }
 
 // key returns the key s is at, and moves past it: its bytes where they

@@ -204,22 +204,17 @@ func decodeStringMap(s *scan, v reflect.Value) error {
 	if *m == nil {
 		*m = map[string]string{}
 	}
-	if err := s.eat('{'); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
-		key, more, err := s.nextKey(first)
-		if err != nil || !more {
-			return err
-		}
+	return s.entries(func(key []byte) error {
 		val := ""
 		if !s.null() {
+			var err error
 			if val, err = s.str(); err != nil {
 				return err
 			}
 		}
 		(*m)[s.keyString(key)] = val
-	}
+		return nil
+	})
 }
 
 func decodeMap(s *scan, v reflect.Value, elem *decodeFn) error {
@@ -230,20 +225,14 @@ func decodeMap(s *scan, v reflect.Value, elem *decodeFn) error {
 	if v.IsNil() {
 		v.Set(reflect.MakeMap(v.Type()))
 	}
-	if err := s.eat('{'); err != nil {
-		return err
-	}
-	for first := true; ; first = false {
-		key, more, err := s.nextKey(first)
-		if err != nil || !more {
-			return err
-		}
+	return s.entries(func(key []byte) error {
 		e := reflect.New(v.Type().Elem()).Elem()
 		if err := (*elem)(s, e); err != nil {
 			return err
 		}
 		v.SetMapIndex(reflect.ValueOf(s.keyString(key)).Convert(v.Type().Key()), e)
-	}
+		return nil
+	})
 }
 
 // decodeStruct decodes an object into v's fields, expecting its keys in
@@ -252,15 +241,8 @@ func decodeStruct(s *scan, v reflect.Value, fields []field) error {
 	if s.null() {
 		return nil
 	}
-	if err := s.eat('{'); err != nil {
-		return err
-	}
 	next := 0
-	for first := true; ; first = false {
-		key, more, err := s.nextKey(first)
-		if err != nil || !more {
-			return err
-		}
+	return s.entries(func(key []byte) error {
 		i := next
 		for i < len(fields) && fields[i].name != string(key) {
 			i++
@@ -273,8 +255,6 @@ func decodeStruct(s *scan, v reflect.Value, fields []field) error {
 			}
 		}
 		next = i + 1
-		if err := (*fields[i].fn)(s, v.FieldByIndex(fields[i].index)); err != nil {
-			return err
-		}
-	}
+		return (*fields[i].fn)(s, v.FieldByIndex(fields[i].index))
+	})
 }

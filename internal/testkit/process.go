@@ -169,18 +169,24 @@ func Tail(b []byte, n int) []byte {
 }
 
 // PeakRSS returns the peak resident set of the current run (VmHWM).
-func (p *Process) PeakRSS() (int64, error) {
+func (p *Process) PeakRSS() (int64, error) { return p.status("VmHWM") }
+
+// RSS returns the resident set of the current run (VmRSS).
+func (p *Process) RSS() (int64, error) { return p.status("VmRSS") }
+
+// status returns the size field of the current run's /proc status, in bytes.
+func (p *Process) status(field string) (int64, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Pid()))
 	if err != nil {
 		return 0, err
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb << 10, err
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in %s's status", p.cfg.Name)
+	return 0, fmt.Errorf("no %s in %s's status", field, p.cfg.Name)
 }
 
 // CPU returns the CPU time, user and system, the current run has used.

@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
@@ -308,43 +306,12 @@ func idleCores(b *testing.B, pid int, d time.Duration) float64 {
 }
 
 // openWatch opens one watch stream and reads it in a goroutine until ctx
-// ends, calling onEvent with each ADDED object's name and when it was read,
-// onBookmark for each bookmark, and onClose if the server ends the stream first. It reads lines and
-// decodes only the event's type and name, so that the client's CPU stays small.
+// ends (testkit.ReadWatch), calling onEvent with each ADDED object's name
+// and when it was read, onBookmark for each bookmark, and onClose if the
+// server ends the stream first.
 func openWatch(ctx context.Context, b *testing.B, hc *http.Client, url string, onEvent func(string, time.Time), onBookmark, onClose func()) {
 	resp := getStream(ctx, b, hc, url)
-	go func() {
-		defer resp.Body.Close()
-		r := bufio.NewReaderSize(resp.Body, 2048)
-		for {
-			line, err := r.ReadBytes('\n')
-			if err != nil {
-				if ctx.Err() == nil {
-					onClose()
-				}
-				return
-			}
-			at := time.Now()
-			var ev struct {
-				Type   string `json:"type"`
-				Object struct {
-					Metadata struct {
-						Name string `json:"name"`
-					} `json:"metadata"`
-				} `json:"object"`
-			}
-			if json.Unmarshal(line, &ev) != nil || ev.Type == "ERROR" {
-				onClose()
-				return
-			}
-			switch ev.Type {
-			case "ADDED":
-				onEvent(ev.Object.Metadata.Name, at)
-			case "BOOKMARK":
-				onBookmark()
-			}
-		}
-	}()
+	go testkit.ReadWatch(ctx, resp.Body, testkit.WatchCallbacks{Event: onEvent, Bookmark: onBookmark, Closed: onClose})
 }
 
 // commitClock tells when each object's creation was committed, as this

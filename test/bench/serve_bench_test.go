@@ -252,7 +252,7 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	b.ReportMetric(idle, "idle-cores")
 	if reopens > 0 {
 		b.ReportMetric((cpuChurned-cpuChurn).Seconds()/churnTook.Seconds(), "churn-cores")
-		aboveIdle := (cpuChurned-cpuChurn).Seconds() - idle*churnTook.Seconds()
+		aboveIdle := (cpuChurned - cpuChurn).Seconds() - idle*churnTook.Seconds()
 		b.ReportMetric(aboveIdle*1e6/float64(reopens), "cpu-us/reopen")
 	}
 	b.ReportMetric(settled.Seconds(), "settle-s")

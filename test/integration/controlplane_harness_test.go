@@ -74,6 +74,8 @@ type controlPlane struct {
 	Kube kubernetes.Interface
 	// Backend is our server's URL.
 	Backend string
+	// KAS is the kube-apiserver's process.
+	KAS *testkit.Process
 
 	dir          string
 	kasURL       string
@@ -188,7 +190,7 @@ func startControlPlaneWith(t testing.TB, be backend, namespaces ...string) *cont
 	port := testkit.FreePort(t)
 	cp.kasURL = "https://127.0.0.1:" + strconv.Itoa(port)
 	etcd := testserver.RunEtcd(t, nil)
-	testkit.StartProcess(t, testkit.ProcessConfig{Bin: bin, LogPath: filepath.Join(dir, "kube-apiserver.log"), Grace: 30 * time.Second, Args: []string{
+	cp.KAS = testkit.StartProcess(t, testkit.ProcessConfig{Bin: bin, LogPath: filepath.Join(dir, "kube-apiserver.log"), Grace: 30 * time.Second, Args: []string{
 		"--etcd-servers=" + strings.Join(etcd.Endpoints(), ","),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -389,11 +391,18 @@ func (cp *controlPlane) restartServer(t testing.TB) {
 // marks both APIServices Available.
 func (cp *controlPlane) waitAvailable(t testing.TB) {
 	t.Helper()
+	cp.waitAPIServices(t, "v1beta1.fleet.example.com", "v1alpha1.fleet.example.com")
+}
+
+// waitAPIServices waits until the kube-apiserver marks the named
+// APIServices Available.
+func (cp *controlPlane) waitAPIServices(t testing.TB, names ...string) {
+	t.Helper()
 	client := aggregatorclient.NewForConfigOrDie(cp.Front.Config).ApiregistrationV1().APIServices()
 	var last string
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true,
 		func(ctx context.Context) (bool, error) {
-			for _, name := range []string{"v1beta1.fleet.example.com", "v1alpha1.fleet.example.com"} {
+			for _, name := range names {
 				svc, err := client.Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
 					last = err.Error()

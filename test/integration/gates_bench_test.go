@@ -136,16 +136,29 @@ func (r gatesResult) String() string {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // spread is the median of f over rs, and its range.
-func spread(rs []gatesResult, f func(gatesResult) float64, format string) string {
-	if len(rs) == 0 {
+func spread[R any](rs []R, f func(R) float64, format string) string {
+	vs := sortedBy(rs, f)
+	if len(vs) == 0 {
 		return "–"
 	}
+	return fmt.Sprintf(format+" ("+format+"–"+format+")", vs[len(vs)/2], vs[0], vs[len(vs)-1])
+}
+
+// median is the median of f over rs, 0 if there are none.
+func median[R any](rs []R, f func(R) float64) float64 {
+	if vs := sortedBy(rs, f); len(vs) > 0 {
+		return vs[len(vs)/2]
+	}
+	return 0
+}
+
+func sortedBy[R any](rs []R, f func(R) float64) []float64 {
 	vs := make([]float64, len(rs))
 	for i, r := range rs {
 		vs[i] = f(r)
 	}
 	slices.Sort(vs)
-	return fmt.Sprintf(format+" ("+format+"–"+format+")", vs[len(vs)/2], vs[0], vs[len(vs)-1])
+	return vs
 }
 
 const (

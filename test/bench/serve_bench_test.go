@@ -39,6 +39,7 @@ import (
 //
 //	KiB/stream, heap-KiB/stream   RSS, and the live heap after a collection, the
 //	                              streams add, per stream
+//	written-KiB/stream            RSS per stream once each has carried an event
 //	goroutines/stream             what the streams add
 //	open-cpu-s                    server CPU from the first stream's request until the
 //	                              last one's response began
@@ -61,18 +62,11 @@ import (
 // as AGENTS_IMPLS and AGENTS_ALT do. BENCH_PROFILE_DIR saves each server's
 // heap profile once the streams are open and its CPU profile of the writes.
 func BenchmarkServe(b *testing.B) {
-	sc := serveScenario{
-		streams: testkit.EnvInt("SERVE_STREAMS", 20_000),
-		perConn: testkit.EnvInt("SERVE_PER_CONN", 500),
-		writes:  testkit.EnvInt("SERVE_WRITES", 2_000),
-		rate:    float64(testkit.EnvInt("SERVE_RATE", 100)),
-		idle:    time.Duration(testkit.EnvInt("SERVE_IDLE_SECONDS", 180)) * time.Second,
-		churn:   time.Duration(testkit.EnvInt("SERVE_CHURN_SECONDS", 60)) * time.Second,
-	}
+	sc := serveScenario{Streams: testkit.StreamsFromEnv(testkit.Streams{Count: 20_000, PerConn: 500, Writes: 2_000, Rate: 100, Idle: 3 * time.Minute}),
+		churn: time.Duration(testkit.EnvInt("SERVE_CHURN_SECONDS", 60)) * time.Second}
 	// client-go ends a watch after 5 to 10 minutes (the reflector's
 	// timeoutSeconds) and opens another: K/450 a second on average.
-	sc.churnRate = float64(testkit.EnvInt("SERVE_CHURN_RATE", max(1, sc.streams/450)))
-	sc.writes = min(sc.writes, sc.streams)
+	sc.churnRate = float64(testkit.EnvInt("SERVE_CHURN_RATE", max(1, sc.Count/450)))
 	impls := serverBinaries(b, "SERVE_IMPLS", "SERVE_ALT")
 	for range testkit.EnvInt("SERVE_ROUNDS", 3) {
 		for _, impl := range impls {
@@ -86,9 +80,9 @@ func BenchmarkServe(b *testing.B) {
 }
 
 type serveScenario struct {
-	streams, perConn, writes int
-	rate, churnRate          float64
-	idle, churn              time.Duration
+	testkit.Streams
+	churnRate float64
+	churn     time.Duration
 }
 
 // settleQuiet is how long the server's CPU must stay below settleCores
@@ -102,7 +96,7 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	server, cfg, etcdURL := startWithEtcd(ctx, b, bin, "--max-watches", "0",
-		"--http2-max-streams-per-connection", strconv.Itoa(max(sc.perConn, 250)))
+		"--http2-max-streams-per-connection", strconv.Itoa(max(sc.PerConn, 250)))
 	pid := server.Pid()
 	commits := newCommitClock(ctx, b, etcdURL)
 	const ns = "serve"
@@ -134,15 +128,15 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 		mu.Lock()
 		reads = append(reads, read{name, at})
 		mu.Unlock()
-		if delivered.Add(1) == int64(sc.streams) {
+		if delivered.Add(1) == int64(sc.Count) {
 			doneOnce.Do(func() { close(allDone) })
 		}
 	}
 	cpuOpen, _ := procStats(b, pid)
-	conns := make([]*http.Client, 0, sc.streams/sc.perConn+1)
-	stops := make([]context.CancelFunc, sc.streams) // each stream's own, for the churn
+	conns := make([]*http.Client, 0, sc.Count/sc.PerConn+1)
+	stops := make([]context.CancelFunc, sc.Count) // each stream's own, for the churn
 	open := func(i int, rv string) {
-		if i%sc.perConn == 0 && len(conns) == i/sc.perConn {
+		if i%sc.PerConn == 0 && len(conns) == i/sc.PerConn {
 			conn, err := rest.HTTPClientFor(ownConnection(cfg))
 			if err != nil {
 				b.Fatal(err)
@@ -150,12 +144,12 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 			conns = append(conns, conn)
 		}
 		q := url.Values{"watch": {"1"}, "allowWatchBookmarks": {"true"}, "resourceVersion": {rv},
-			"fieldSelector": {"metadata.name=" + agentName(i%sc.writes)}}
+			"fieldSelector": {"metadata.name=" + agentName(i%sc.Writes)}}
 		var streamCtx context.Context
 		streamCtx, stops[i] = context.WithCancel(ctx)
-		openWatch(streamCtx, b, conns[i/sc.perConn], base+"?"+q.Encode(), onEvent, func() { bookmarks.Add(1) }, func() { closed.Add(1) })
+		openWatch(streamCtx, b, conns[i/sc.PerConn], base+"?"+q.Encode(), onEvent, func() { bookmarks.Add(1) }, func() { closed.Add(1) })
 	}
-	for i := range sc.streams {
+	for i := range sc.Count {
 		open(i, list.ResourceVersion)
 	}
 	cpuOpened, _ := procStats(b, pid)
@@ -167,13 +161,13 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("serve-%s-%d-heap.pprof", filepath.Base(bin), pid)),
 			get(ctx, b, hc, cfg.Host+"/debug/pprof/heap?gc=1"), 0o600)
 	}
-	idle := idleCores(b, pid, sc.idle)
+	idle := idleCores(b, pid, sc.Idle)
 
 	// Writes: each create reaches the streams of its name, streams/writes of
 	// them, and every stream gets one event.
 	profiled := make(chan struct{})
 	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
-		secs := max(1, int(float64(sc.writes)/sc.rate))
+		secs := max(1, int(float64(sc.Writes)/sc.Rate))
 		go func() { // not get: a failed profile must not fail the run, nor call b.Fatal off its goroutine
 			defer close(profiled)
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), nil)
@@ -192,8 +186,8 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	}
 	cpuStart, _ := procStats(b, pid)
 	startAt := time.Now()
-	interval := time.Duration(float64(time.Second) / sc.rate)
-	for i := range sc.writes {
+	interval := time.Duration(float64(time.Second) / sc.Rate)
+	for i := range sc.Writes {
 		if d := time.Until(startAt.Add(time.Duration(i) * interval)); d > 0 {
 			time.Sleep(d) // pacing the fixed write rate
 		}
@@ -213,6 +207,11 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	case <-time.After(time.Minute):
 	}
 
+	// A stream that has carried an event holds more than one that has
+	// not: x/net's response buffer, untouched until the first write, and
+	// the serving goroutine's stack, grown by the encode.
+	_, rssWritten := serverMemory(ctx, b, hc, cfg.Host, pid)
+
 	// Churn: streams end and others open on the same names and
 	// connections, from the head, as informers re-watch.
 	head, err := client.FleetV1beta1().Assignments(ns).List(ctx, metav1.ListOptions{Limit: 1})
@@ -226,7 +225,7 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 		if d := time.Until(churnAt.Add(time.Duration(float64(j) / sc.churnRate * float64(time.Second)))); d > 0 {
 			time.Sleep(d) // pacing the fixed re-open rate
 		}
-		i := j % sc.streams
+		i := j % sc.Count
 		stops[i]()
 		open(i, head.ResourceVersion)
 	}
@@ -241,8 +240,9 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 		}
 	}
 	mu.Unlock()
-	n := float64(sc.streams)
+	n := float64(sc.Count)
 	b.ReportMetric(float64(rssOpen-rssBefore)/n/1024, "KiB/stream")
+	b.ReportMetric(float64(rssWritten-rssBefore)/n/1024, "written-KiB/stream")
 	b.ReportMetric(float64(heapOpen-heapBefore)/n/1024, "heap-KiB/stream")
 	b.ReportMetric((goroutinesOpen-goroutinesBefore)/n, "goroutines/stream")
 	b.ReportMetric((cpuOpened - cpuOpen).Seconds(), "open-cpu-s")
@@ -265,8 +265,8 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 		b.ReportMetric(ms(percentile(latencies, 0.99)), "p99-ms")
 		b.ReportMetric(ms(percentile(latencies, 1)), "max-ms")
 	}
-	if delivered.Load() != int64(sc.streams) {
-		b.Errorf("%d of %d events delivered", delivered.Load(), sc.streams)
+	if delivered.Load() != int64(sc.Count) {
+		b.Errorf("%d of %d events delivered", delivered.Load(), sc.Count)
 	}
 }
 

@@ -311,18 +311,7 @@ func gatesFlowControl(b *testing.B, cp *controlPlane, writer versioned.Interface
 	if err != nil {
 		b.Fatal(err)
 	}
-	rbac := cp.Kube.RbacV1()
-	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "bench-load"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{v1beta1.SchemeGroupVersion.Group}, Resources: []string{"*"}, Verbs: []string{"*"}}}},
-		metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "bench-load"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "bench-load"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: gatesGroup}}},
-		metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
+	grantBenchGroup(ctx, b, cp, "bench-load", v1beta1.SchemeGroupVersion.Group)
 	// Both servers must classify with the schema before the load starts:
 	// its status says the kube-apiserver's controller has seen it, and
 	// our server's informers see it within moments; a request as the
@@ -337,6 +326,23 @@ func gatesFlowControl(b *testing.B, cp *controlPlane, writer versioned.Interface
 	})
 	if err != nil {
 		b.Fatalf("the bench's FlowSchema or RBAC never took effect: %v", err)
+	}
+}
+
+// grantBenchGroup lets the bench's users do anything to apiGroup's
+// resources, through a ClusterRole and binding called name.
+func grantBenchGroup(ctx context.Context, b *testing.B, cp *controlPlane, name, apiGroup string) {
+	rbac := cp.Kube.RbacV1()
+	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{apiGroup}, Resources: []string{"*"}, Verbs: []string{"*"}}}},
+		metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: gatesGroup}}},
+		metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
 	}
 }
 

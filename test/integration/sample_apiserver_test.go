@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -65,18 +64,7 @@ func startSampleAPIServer(ctx context.Context, b *testing.B, cp *controlPlane) s
 	if _, err := aggregatorclient.NewForConfigOrDie(cp.Front.Config).ApiregistrationV1().APIServices().Create(ctx, apiService, metav1.CreateOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	rbac := cp.Kube.RbacV1()
-	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "bench-wardle"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{flunders.Group}, Resources: []string{"*"}, Verbs: []string{"*"}}}},
-		metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "bench-wardle"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "bench-wardle"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: gatesGroup}}},
-		metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
-	}
+	grantBenchGroup(ctx, b, cp, "bench-wardle", flunders.Group)
 	cp.waitAPIServices(b, apiService.Name)
 
 	writer := dynamic.NewForConfigOrDie(userConfig(b, cp, gatesWriter, gatesGroup)).Resource(flunders).Namespace(gatesNamespace)

@@ -3,6 +3,7 @@ package integration
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -41,17 +43,10 @@ import (
 // the opening settled, the latency from a create's request to the stream's
 // client reading its event, and the streams closed. SERVE_VARIANTS picks
 // among ours, upstream and sample-apiserver, upstream's sample-apiserver
-// v0.37.2 as its users run it (startSampleAPIServer), watched the same way. make bench-serve-aggregated
-// runs it.
+// v0.37.2 as its users run it (startSampleAPIServer), watched the same
+// way. make bench-serve-aggregated runs it.
 func BenchmarkServeBehindAggregator(b *testing.B) {
-	sc := aggServeConfig{
-		streams: testkit.EnvInt("SERVE_STREAMS", 10_000),
-		perConn: testkit.EnvInt("SERVE_PER_CONN", 100),
-		writes:  testkit.EnvInt("SERVE_WRITES", 1_000),
-		rate:    float64(testkit.EnvInt("SERVE_RATE", 50)),
-		idle:    time.Duration(testkit.EnvInt("SERVE_IDLE_SECONDS", 60)) * time.Second,
-	}
-	sc.writes = min(sc.writes, sc.streams)
+	sc := testkit.StreamsFromEnv(testkit.Streams{Count: 10_000, PerConn: 100, Writes: 1_000, Rate: 50, Idle: time.Minute})
 	var variants []gatesVariant
 	for _, name := range strings.Split(cmp.Or(os.Getenv("SERVE_VARIANTS"), "ours,upstream"), ",") {
 		switch name {
@@ -93,7 +88,7 @@ func BenchmarkServeBehindAggregator(b *testing.B) {
 	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "\nthrough kube-apiserver: %d streams, %d to a client connection, %d creates at %.0f/s; median (min–max) of %d rounds\n\n",
-		sc.streams, sc.perConn, sc.writes, sc.rate, rounds)
+		sc.Count, sc.PerConn, sc.Writes, sc.Rate, rounds)
 	fmt.Fprintln(&out, "| | ours | upstream | ours ÷ upstream | sample-apiserver |\n|---|---|---|---|---|")
 	for _, row := range rows {
 		ours, up := results["ours"], results["upstream"]
@@ -101,12 +96,6 @@ func BenchmarkServeBehindAggregator(b *testing.B) {
 			ratio(median(ours, row.f), median(up, row.f)), spread(results["sample-apiserver"], row.f, row.format))
 	}
 	fmt.Print(out.String())
-}
-
-type aggServeConfig struct {
-	streams, perConn, writes int
-	rate                     float64
-	idle                     time.Duration
 }
 
 // aggServeResult is one variant's run.
@@ -130,7 +119,7 @@ type serveTarget struct {
 	create func(ctx context.Context, name string) error
 }
 
-func runServeBehindAggregator(b *testing.B, sc aggServeConfig, v gatesVariant) aggServeResult {
+func runServeBehindAggregator(b *testing.B, sc testkit.Streams, v gatesVariant) aggServeResult {
 	srv := &asProcess{bin: v.bin, extra: []string{"--max-watches=0"}}
 	if v.name == "sample-apiserver" {
 		srv = &asProcess{} // ours, idle beside it: the control plane is built around it
@@ -181,15 +170,15 @@ func runServeBehindAggregator(b *testing.B, sc aggServeConfig, v gatesVariant) a
 			read = append(read, at.Sub(t))
 		}
 		mu.Unlock()
-		if delivered.Add(1) == int64(sc.streams) {
+		if delivered.Add(1) == int64(sc.Count) {
 			doneOnce.Do(func() { close(allDone) })
 		}
 	}
 	var rejected atomic.Int64
 	backendCPU0, kasCPU0 := cpu()
 	var conn *http.Client
-	for i := range sc.streams {
-		if i%sc.perConn == 0 {
+	for i := range sc.Count {
+		if i%sc.PerConn == 0 {
 			c := rest.CopyConfig(watcher)
 			c.Dial = (&net.Dialer{}).DialContext // a transport, and so a connection, of its own
 			var err error
@@ -198,7 +187,7 @@ func runServeBehindAggregator(b *testing.B, sc aggServeConfig, v gatesVariant) a
 			}
 		}
 		q := url.Values{"watch": {"1"}, "allowWatchBookmarks": {"true"}, "resourceVersion": {t.rv},
-			"fieldSelector": {"metadata.name=" + fmt.Sprintf("a-%05d", i%sc.writes)}}
+			"fieldSelector": {"metadata.name=" + fmt.Sprintf("a-%05d", i%sc.Writes)}}
 		body := get(ctx, b, conn, base+"?"+q.Encode(), &rejected)
 		go testkit.ReadWatch(ctx, body, testkit.WatchCallbacks{Event: onEvent, Closed: func() { closed.Add(1) }})
 	}
@@ -207,24 +196,24 @@ func runServeBehindAggregator(b *testing.B, sc aggServeConfig, v gatesVariant) a
 	r.backendOpen, r.kasOpen = backendCPU1-backendCPU0, kasCPU1-kasCPU0
 	settle(ctx, b, t.proc, cp.KAS)
 	backendOpen, kasOpen := memory()
-	n := float64(sc.streams)
+	n := float64(sc.Count)
 	r.backendKiB, r.kasKiB = float64(backendOpen-backendBefore)/n/1024, float64(kasOpen-kasBefore)/n/1024
 	backendIdle0, kasIdle0 := cpu()
-	time.Sleep(sc.idle) // the idle window itself
+	time.Sleep(sc.Idle) // the idle window itself
 	backendIdle1, kasIdle1 := cpu()
-	r.backendIdle, r.kasIdle = (backendIdle1-backendIdle0).Seconds()/sc.idle.Seconds(), (kasIdle1-kasIdle0).Seconds()/sc.idle.Seconds()
+	r.backendIdle, r.kasIdle = (backendIdle1-backendIdle0).Seconds()/sc.Idle.Seconds(), (kasIdle1-kasIdle0).Seconds()/sc.Idle.Seconds()
 
 	backendW0, kasW0 := cpu()
 	startAt := time.Now()
-	for i := range sc.writes {
-		if d := time.Until(startAt.Add(time.Duration(float64(i) / sc.rate * float64(time.Second)))); d > 0 {
+	for i := range sc.Writes {
+		if d := time.Until(startAt.Add(time.Duration(float64(i) / sc.Rate * float64(time.Second)))); d > 0 {
 			time.Sleep(d) // pacing the fixed write rate
 		}
 		name := fmt.Sprintf("a-%05d", i)
 		mu.Lock()
 		sent[name] = time.Now()
 		mu.Unlock()
-		if err := t.create(ctx, name); err != nil {
+		if err := createRetried(ctx, t.create, name); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -241,13 +230,28 @@ func runServeBehindAggregator(b *testing.B, sc aggServeConfig, v gatesVariant) a
 	}
 	mu.Unlock()
 	r.delivered, r.closed = delivered.Load(), closed.Load()
-	if r.delivered != int64(sc.streams) {
-		b.Errorf("%d of %d events delivered", r.delivered, sc.streams)
+	if r.delivered != int64(sc.Count) {
+		b.Errorf("%d of %d events delivered", r.delivered, sc.Count)
 	}
 	if rejected.Load() > 0 {
 		b.Logf("%d watch requests met 429 and were retried", rejected.Load())
 	}
 	return r
+}
+
+// createRetried creates name, again if the client's connection to
+// kube-apiserver was closed under it, as any client retries. The first
+// write after the idle minute met a connection the HTTP/2 client had just
+// closed, in every round of sample-apiserver's run: a create that did
+// arrive is then AlreadyExists.
+func createRetried(ctx context.Context, create func(context.Context, string) error, name string) error {
+	err := create(ctx, name)
+	for attempt := 0; attempt < 3 && errors.Is(err, net.ErrClosed); attempt++ {
+		if err = create(ctx, name); apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+	}
+	return err
 }
 
 // settle waits until each process's CPU stays under 0.05 cores for 5 s,

@@ -3,6 +3,8 @@
 package validation
 
 import (
+	"slices"
+
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -21,11 +23,8 @@ var ValidPhases = sets.New(
 
 // ValidateAssignment validates a new Assignment.
 func ValidateAssignment(a *fleet.Assignment) field.ErrorList {
-	allErrs := apimachineryvalidation.ValidateObjectMeta(&a.ObjectMeta, true,
-		apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
-	allErrs = append(allErrs, validateAssignmentSpec(&a.Spec, field.NewPath("spec"))...)
-	allErrs = append(allErrs, validateAssignmentStatus(&a.Status, field.NewPath("status"))...)
-	return allErrs
+	return create(&a.ObjectMeta, true,
+		validateAssignmentSpec(&a.Spec, field.NewPath("spec")), validateAssignmentStatus(&a.Status, field.NewPath("status")))
 }
 
 // ValidateAssignmentUpdate validates an update of an Assignment's spec and metadata.
@@ -73,11 +72,8 @@ func validateAssignmentStatus(s *fleet.AssignmentStatus, fld *field.Path) field.
 
 // ValidateAgent validates a new Agent.
 func ValidateAgent(a *fleet.Agent) field.ErrorList {
-	allErrs := apimachineryvalidation.ValidateObjectMeta(&a.ObjectMeta, false,
-		apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
-	allErrs = append(allErrs, validateAgentSpec(&a.Spec, field.NewPath("spec"))...)
-	allErrs = append(allErrs, validateAgentStatus(&a.Status, field.NewPath("status"))...)
-	return allErrs
+	return create(&a.ObjectMeta, false,
+		validateAgentSpec(&a.Spec, field.NewPath("spec")), validateAgentStatus(&a.Status, field.NewPath("status")))
 }
 
 // ValidateAgentUpdate validates an update of an Agent's spec and metadata.
@@ -91,13 +87,18 @@ func ValidateAgentStatusUpdate(a, old *fleet.Agent) field.ErrorList {
 	return update(&a.ObjectMeta, &old.ObjectMeta, validateAgentStatus(&a.Status, field.NewPath("status")))
 }
 
+// create is a new object's errors: its metadata's, namespaced or not, then
+// the others found.
+func create(meta *metav1.ObjectMeta, namespaced bool, found ...field.ErrorList) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMeta(meta, namespaced,
+		apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	return slices.Concat(append([]field.ErrorList{allErrs}, found...)...)
+}
+
 // update is an update's errors: its metadata's, then the others found.
 func update(meta, old *metav1.ObjectMeta, found ...field.ErrorList) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(meta, old, field.NewPath("metadata"))
-	for _, errs := range found {
-		allErrs = append(allErrs, errs...)
-	}
-	return allErrs
+	return slices.Concat(append([]field.ErrorList{allErrs}, found...)...)
 }
 
 func validateAgentSpec(s *fleet.AgentSpec, fld *field.Path) field.ErrorList {

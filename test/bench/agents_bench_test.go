@@ -226,18 +226,7 @@ func runAgentsPhase(ctx context.Context, b *testing.B, cfg *rest.Config, pid int
 	}
 	cpuStart, _ := procStats(b, pid)
 	counting.Store(true)
-	startAt := time.Now()
-	interval := time.Duration(float64(time.Second) / sc.rate)
-	for i := range sc.writes {
-		if d := time.Until(startAt.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d) // pacing the fixed write rate
-		}
-		a := &v1beta1.Assignment{ObjectMeta: metav1.ObjectMeta{Name: agentName(i), Namespace: ns},
-			Spec: v1beta1.AssignmentSpec{AgentName: agentName(i)}}
-		if _, err := client.FleetV1beta1().Assignments(ns).Create(ctx, a, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	createPaced(ctx, b, client, ns, sc.writes, sc.rate)
 	select {
 	case <-allDone:
 	case <-time.After(2 * time.Minute): // bounded: what has not arrived by now is not delivered
@@ -303,6 +292,19 @@ func idleCores(b *testing.B, pid int, d time.Duration) float64 {
 	time.Sleep(d) // the measurement window itself
 	after, _ := procStats(b, pid)
 	return (after - before).Seconds() / d.Seconds()
+}
+
+// createPaced creates the Assignments agentName(0) to agentName(n-1) in ns,
+// rate a second.
+func createPaced(ctx context.Context, b *testing.B, client versioned.Interface, ns string, n int, rate float64) {
+	if err := testkit.Paced(n, rate, func(i int) error {
+		a := &v1beta1.Assignment{ObjectMeta: metav1.ObjectMeta{Name: agentName(i), Namespace: ns},
+			Spec: v1beta1.AssignmentSpec{AgentName: agentName(i)}}
+		_, err := client.FleetV1beta1().Assignments(ns).Create(ctx, a, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // openWatch opens one watch stream and reads it in a goroutine until ctx

@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
-	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
 
@@ -185,18 +184,7 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 		close(profiled)
 	}
 	cpuStart, _ := procStats(b, pid)
-	startAt := time.Now()
-	interval := time.Duration(float64(time.Second) / sc.Rate)
-	for i := range sc.Writes {
-		if d := time.Until(startAt.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d) // pacing the fixed write rate
-		}
-		a := &v1beta1.Assignment{ObjectMeta: metav1.ObjectMeta{Name: agentName(i), Namespace: ns},
-			Spec: v1beta1.AssignmentSpec{AgentName: agentName(i)}}
-		if _, err := client.FleetV1beta1().Assignments(ns).Create(ctx, a, metav1.CreateOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	createPaced(ctx, b, client, ns, sc.Writes, sc.Rate)
 	select {
 	case <-allDone:
 	case <-time.After(2 * time.Minute): // bounded: what has not arrived by now is not delivered
@@ -221,14 +209,12 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	reopens := int(sc.churnRate * sc.churn.Seconds())
 	cpuChurn, _ := procStats(b, pid)
 	churnAt := time.Now()
-	for j := range reopens {
-		if d := time.Until(churnAt.Add(time.Duration(float64(j) / sc.churnRate * float64(time.Second)))); d > 0 {
-			time.Sleep(d) // pacing the fixed re-open rate
-		}
+	_ = testkit.Paced(reopens, sc.churnRate, func(j int) error {
 		i := j % sc.Count
 		stops[i]()
 		open(i, head.ResourceVersion)
-	}
+		return nil
+	})
 	churnTook := time.Since(churnAt)
 	cpuChurned, _ := procStats(b, pid)
 

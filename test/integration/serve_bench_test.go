@@ -204,18 +204,14 @@ func runServeBehindAggregator(b *testing.B, sc testkit.Streams, v gatesVariant) 
 	r.backendIdle, r.kasIdle = (backendIdle1-backendIdle0).Seconds()/sc.Idle.Seconds(), (kasIdle1-kasIdle0).Seconds()/sc.Idle.Seconds()
 
 	backendW0, kasW0 := cpu()
-	startAt := time.Now()
-	for i := range sc.Writes {
-		if d := time.Until(startAt.Add(time.Duration(float64(i) / sc.Rate * float64(time.Second)))); d > 0 {
-			time.Sleep(d) // pacing the fixed write rate
-		}
+	if err := testkit.Paced(sc.Writes, sc.Rate, func(i int) error {
 		name := fmt.Sprintf("a-%05d", i)
 		mu.Lock()
 		sent[name] = time.Now()
 		mu.Unlock()
-		if err := createRetried(ctx, t.create, name); err != nil {
-			b.Fatal(err)
-		}
+		return createRetried(ctx, t.create, name)
+	}); err != nil {
+		b.Fatal(err)
 	}
 	select {
 	case <-allDone:

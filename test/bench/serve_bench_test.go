@@ -15,7 +15,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
@@ -84,13 +83,6 @@ type serveScenario struct {
 	churn     time.Duration
 }
 
-// settleQuiet is how long the server's CPU must stay below settleCores
-// before the opening counts as settled.
-const (
-	settleQuiet = 5 * time.Second
-	settleCores = 0.05
-)
-
 func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -152,7 +144,10 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 		open(i, list.ResourceVersion)
 	}
 	cpuOpened, _ := procStats(b, pid)
-	settled := settleCPU(ctx, b, pid)
+	settled, err := testkit.Settle(ctx, server)
+	if err != nil {
+		b.Fatal(err)
+	}
 	_, rssOpen := serverMemory(ctx, b, hc, cfg.Host, pid)
 	heapOpen := liveHeap(ctx, b, hc, cfg.Host)
 	goroutinesOpen := scrapeValue(string(get(ctx, b, hc, cfg.Host+"/metrics")), "go_goroutines")
@@ -254,22 +249,4 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	if delivered.Load() != int64(sc.Count) {
 		b.Errorf("%d of %d events delivered", delivered.Load(), sc.Count)
 	}
-}
-
-// settleCPU waits until the server's CPU stays below settleCores for
-// settleQuiet, the streams' opening over, or for at most two minutes, and
-// returns how long it waited.
-func settleCPU(ctx context.Context, b *testing.B, pid int) time.Duration {
-	start := time.Now()
-	last, _ := procStats(b, pid)
-	quietSince := start
-	_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, false, func(context.Context) (bool, error) {
-		now, _ := procStats(b, pid)
-		if (now - last).Seconds() > settleCores {
-			quietSince = time.Now()
-		}
-		last = now
-		return time.Since(quietSince) >= settleQuiet, nil
-	})
-	return time.Since(start)
 }

@@ -448,12 +448,19 @@ func (cp *controlPlane) userKubeconfig(t testing.TB, name string, groups ...stri
 // user is a client for the kube-apiserver as name in groups.
 func (cp *controlPlane) user(t testing.TB, name string, groups ...string) versioned.Interface {
 	t.Helper()
+	return versioned.NewForConfigOrDie(cp.userConfig(t, name, groups...))
+}
+
+// userConfig is an unthrottled config for the kube-apiserver as name in
+// groups.
+func (cp *controlPlane) userConfig(t testing.TB, name string, groups ...string) *rest.Config {
+	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", cp.userKubeconfig(t, name, groups...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.QPS, cfg.Burst = -1, -1
-	return versioned.NewForConfigOrDie(cfg)
+	return cfg
 }
 
 // direct is a config for our server itself, bypassing the kube-apiserver,

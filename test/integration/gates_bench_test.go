@@ -25,7 +25,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
@@ -202,7 +201,7 @@ func runGates(b *testing.B, cfg gatesConfig, v gatesVariant) gatesResult {
 	writes(nil, 500)
 	r.writesAlone = p99(writes(nil, 1500))
 
-	reader := userConfig(b, cp, gatesWatcher, gatesGroup)
+	reader := cp.userConfig(b, gatesWatcher, gatesGroup)
 	hc, err := rest.HTTPClientFor(reader)
 	if err != nil {
 		b.Fatal(err)
@@ -367,17 +366,6 @@ func load(ctx context.Context, b *testing.B, client versioned.Interface, n int) 
 	if b.Failed() {
 		b.FailNow()
 	}
-}
-
-// userConfig is an unthrottled config for the kube-apiserver as name in
-// groups.
-func userConfig(b *testing.B, cp *controlPlane, name string, groups ...string) *rest.Config {
-	cfg, err := clientcmd.BuildConfigFromFlags("", cp.userKubeconfig(b, name, groups...))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = -1, -1
-	return cfg
 }
 
 // get GETs url until it answers other than 429, waiting as Retry-After

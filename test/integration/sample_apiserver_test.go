@@ -67,7 +67,7 @@ func startSampleAPIServer(ctx context.Context, b *testing.B, cp *controlPlane) s
 	grantBenchGroup(ctx, b, cp, "bench-wardle", flunders.Group)
 	cp.waitAPIServices(b, apiService.Name)
 
-	writer := dynamic.NewForConfigOrDie(userConfig(b, cp, gatesWriter, gatesGroup)).Resource(flunders).Namespace(gatesNamespace)
+	writer := dynamic.NewForConfigOrDie(cp.userConfig(b, gatesWriter, gatesGroup)).Resource(flunders).Namespace(gatesNamespace)
 	var list *unstructured.UnstructuredList
 	var listErr error
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {

@@ -18,7 +18,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/rest"
 
@@ -146,7 +145,7 @@ func runServeBehindAggregator(b *testing.B, sc testkit.Streams, v gatesVariant) 
 				return err
 			}}
 	}
-	watcher := userConfig(b, cp, gatesWatcher, gatesGroup)
+	watcher := cp.userConfig(b, gatesWatcher, gatesGroup)
 	front := serveClient(b, cp.Front.Config)
 	memory := func() (backend, kas int64) {
 		collect(ctx, b, t.admin)
@@ -155,7 +154,10 @@ func runServeBehindAggregator(b *testing.B, sc testkit.Streams, v gatesVariant) 
 	}
 	cpu := func() (backend, kas time.Duration) { return cpuOf(b, t.proc), cpuOf(b, cp.KAS) }
 
-	settle(ctx, b, t.proc, cp.KAS) // kube-apiserver's start and the deployment over
+	// kube-apiserver's start and the deployment over.
+	if _, err := testkit.Settle(ctx, t.proc, cp.KAS); err != nil {
+		b.Fatal(err)
+	}
 	backendBefore, kasBefore := memory()
 	base := watcher.Host + t.path
 	var delivered, closed atomic.Int64
@@ -194,7 +196,9 @@ func runServeBehindAggregator(b *testing.B, sc testkit.Streams, v gatesVariant) 
 	backendCPU1, kasCPU1 := cpu()
 	var r aggServeResult
 	r.backendOpen, r.kasOpen = backendCPU1-backendCPU0, kasCPU1-kasCPU0
-	settle(ctx, b, t.proc, cp.KAS)
+	if _, err := testkit.Settle(ctx, t.proc, cp.KAS); err != nil {
+		b.Fatal(err)
+	}
 	backendOpen, kasOpen := memory()
 	n := float64(sc.Count)
 	r.backendKiB, r.kasKiB = float64(backendOpen-backendBefore)/n/1024, float64(kasOpen-kasBefore)/n/1024
@@ -248,26 +252,6 @@ func createRetried(ctx context.Context, create func(context.Context, string) err
 		}
 	}
 	return err
-}
-
-// settle waits until each process's CPU stays under 0.05 cores for 5 s,
-// the streams' opening over, for two minutes at most.
-func settle(ctx context.Context, b *testing.B, procs ...*testkit.Process) {
-	last := make([]time.Duration, len(procs))
-	for i, p := range procs {
-		last[i] = cpuOf(b, p)
-	}
-	quietSince := time.Now()
-	_ = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, false, func(context.Context) (bool, error) {
-		for i, p := range procs {
-			now := cpuOf(b, p)
-			if (now - last[i]).Seconds() > 0.05 {
-				quietSince = time.Now()
-			}
-			last[i] = now
-		}
-		return time.Since(quietSince) >= 5*time.Second, nil
-	})
 }
 
 // serveClient is an HTTP client for cfg's server.

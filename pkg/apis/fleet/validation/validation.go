@@ -90,15 +90,13 @@ func ValidateAgentStatusUpdate(a, old *fleet.Agent) field.ErrorList {
 // create is a new object's errors: its metadata's, namespaced or not, then
 // the others found.
 func create(meta *metav1.ObjectMeta, namespaced bool, found ...field.ErrorList) field.ErrorList {
-	allErrs := apimachineryvalidation.ValidateObjectMeta(meta, namespaced,
-		apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
-	return slices.Concat(append([]field.ErrorList{allErrs}, found...)...)
+	return append(apimachineryvalidation.ValidateObjectMeta(meta, namespaced,
+		apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata")), slices.Concat(found...)...)
 }
 
 // update is an update's errors: its metadata's, then the others found.
 func update(meta, old *metav1.ObjectMeta, found ...field.ErrorList) field.ErrorList {
-	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(meta, old, field.NewPath("metadata"))
-	return slices.Concat(append([]field.ErrorList{allErrs}, found...)...)
+	return append(apimachineryvalidation.ValidateObjectMetaUpdate(meta, old, field.NewPath("metadata")), slices.Concat(found...)...)
 }
 
 func validateAgentSpec(s *fleet.AgentSpec, fld *field.Path) field.ErrorList {

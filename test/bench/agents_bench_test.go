@@ -311,9 +311,14 @@ func createPaced(ctx context.Context, b *testing.B, client versioned.Interface, 
 // ends (testkit.ReadWatch), calling onEvent with each ADDED object's name
 // and when it was read, onBookmark for each bookmark, and onClose if the
 // server ends the stream first.
-func openWatch(ctx context.Context, b *testing.B, hc *http.Client, url string, onEvent func(string, time.Time), onBookmark, onClose func()) {
+func openWatch(ctx context.Context, b *testing.B, hc *http.Client, url string, onEvent func(string, time.Time), onBookmark, onClose func()) <-chan struct{} {
 	resp := getStream(ctx, b, hc, url)
-	go testkit.ReadWatch(ctx, resp.Body, testkit.WatchCallbacks{Event: onEvent, Bookmark: onBookmark, Closed: onClose})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		testkit.ReadWatch(ctx, resp.Body, testkit.WatchCallbacks{Event: onEvent, Bookmark: onBookmark, Closed: onClose})
+	}()
+	return ended
 }
 
 // commitClock tells when each object's creation was committed, as this

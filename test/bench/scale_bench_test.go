@@ -342,6 +342,12 @@ func liveHeap(ctx context.Context, b *testing.B, hc *http.Client, host string) i
 	return int64(scrapeValue(string(get(ctx, b, hc, host+"/metrics")), "go_memstats_heap_alloc_bytes"))
 }
 
+// stackInUse returns the memory the server's goroutine stacks take
+// (go_memstats_stack_inuse_bytes).
+func stackInUse(ctx context.Context, b *testing.B, hc *http.Client, host string) int64 {
+	return int64(scrapeValue(string(get(ctx, b, hc, host+"/metrics")), "go_memstats_stack_inuse_bytes"))
+}
+
 // unreturnedHeap returns the heap the server's Go runtime holds free and
 // has not returned to the system (idle minus released): memory a peak
 // left, which the RSS counts and the heap in use does not.

@@ -38,6 +38,9 @@ import (
 //	KiB/stream, heap-KiB/stream   RSS, and the live heap after a collection, the
 //	                              streams add, per stream
 //	written-KiB/stream            RSS per stream once each has carried an event
+//	written-heap-KiB/stream       the same for the live heap
+//	stack-KiB/stream              goroutine stacks per stream, before and after the
+//	written-stack-KiB/stream      event (the whole server's, divided)
 //	goroutines/stream             what the streams add
 //	open-cpu-s                    server CPU from the first stream's request until the
 //	                              last one's response began
@@ -58,7 +61,8 @@ import (
 // SERVE_STREAMS (20,000), SERVE_PER_CONN (500), SERVE_WRITES (2,000) at
 // SERVE_RATE (100/s) change the scale; SERVE_IMPLS and SERVE_ALT pick servers
 // as AGENTS_IMPLS and AGENTS_ALT do. BENCH_PROFILE_DIR saves each server's
-// heap profile once the streams are open and its CPU profile of the writes.
+// heap profile once the streams are open and once they carried an event, and
+// its CPU profiles of the writes and of the churn.
 func BenchmarkServe(b *testing.B) {
 	sc := serveScenario{Streams: testkit.StreamsFromEnv(testkit.Streams{Count: 20_000, PerConn: 500, Writes: 2_000, Rate: 100, Idle: 3 * time.Minute}),
 		churn: time.Duration(testkit.EnvInt("SERVE_CHURN_SECONDS", 60)) * time.Second}
@@ -81,6 +85,33 @@ type serveScenario struct {
 	testkit.Streams
 	churnRate float64
 	churn     time.Duration
+}
+
+// profileCPU saves, under BENCH_PROFILE_DIR, the server's CPU profile of
+// the next secs seconds as name; what it returns is closed once it is
+// saved, or failed, or at once without BENCH_PROFILE_DIR. A failed profile
+// does not fail the run.
+func profileCPU(ctx context.Context, b *testing.B, hc *http.Client, host string, secs int, name string) <-chan struct{} {
+	done := make(chan struct{})
+	dir := os.Getenv("BENCH_PROFILE_DIR")
+	if dir == "" {
+		close(done)
+		return done
+	}
+	go func() { // not get, which calls b.Fatal, off the benchmark's goroutine
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, host+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Logf("CPU profile: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		if data, err := io.ReadAll(resp.Body); err == nil && resp.StatusCode == http.StatusOK {
+			_ = os.WriteFile(filepath.Join(dir, name), data, 0o600)
+		}
+	}()
+	return done
 }
 
 func runServe(b *testing.B, impl, bin string, sc serveScenario) {
@@ -126,6 +157,7 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	cpuOpen, _ := procStats(b, pid)
 	conns := make([]*http.Client, 0, sc.Count/sc.PerConn+1)
 	stops := make([]context.CancelFunc, sc.Count) // each stream's own, for the churn
+	ended := make([]<-chan struct{}, sc.Count)    // closed once each stream's reader returned
 	open := func(i int, rv string) {
 		if i%sc.PerConn == 0 && len(conns) == i/sc.PerConn {
 			conn, err := rest.HTTPClientFor(ownConnection(cfg))
@@ -138,7 +170,7 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 			"fieldSelector": {"metadata.name=" + agentName(i%sc.Writes)}}
 		var streamCtx context.Context
 		streamCtx, stops[i] = context.WithCancel(ctx)
-		openWatch(streamCtx, b, conns[i/sc.PerConn], base+"?"+q.Encode(), onEvent, func() { bookmarks.Add(1) }, func() { closed.Add(1) })
+		ended[i] = openWatch(streamCtx, b, conns[i/sc.PerConn], base+"?"+q.Encode(), onEvent, func() { bookmarks.Add(1) }, func() { closed.Add(1) })
 	}
 	for i := range sc.Count {
 		open(i, list.ResourceVersion)
@@ -150,6 +182,7 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	}
 	_, rssOpen := serverMemory(ctx, b, hc, cfg.Host, pid)
 	heapOpen := liveHeap(ctx, b, hc, cfg.Host)
+	stackOpen := stackInUse(ctx, b, hc, cfg.Host)
 	goroutinesOpen := scrapeValue(string(get(ctx, b, hc, cfg.Host+"/metrics")), "go_goroutines")
 	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
 		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("serve-%s-%d-heap.pprof", filepath.Base(bin), pid)),
@@ -159,25 +192,7 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 
 	// Writes: each create reaches the streams of its name, streams/writes of
 	// them, and every stream gets one event.
-	profiled := make(chan struct{})
-	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
-		secs := max(1, int(float64(sc.Writes)/sc.Rate))
-		go func() { // not get: a failed profile must not fail the run, nor call b.Fatal off its goroutine
-			defer close(profiled)
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cfg.Host+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), nil)
-			resp, err := hc.Do(req)
-			if err != nil {
-				b.Logf("CPU profile: %v", err)
-				return
-			}
-			defer resp.Body.Close()
-			if data, err := io.ReadAll(resp.Body); err == nil && resp.StatusCode == http.StatusOK {
-				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("serve-%s-%d-cpu.pprof", filepath.Base(bin), pid)), data, 0o600)
-			}
-		}()
-	} else {
-		close(profiled)
-	}
+	profiled := profileCPU(ctx, b, hc, cfg.Host, max(1, int(float64(sc.Writes)/sc.Rate)), fmt.Sprintf("serve-%s-%d-cpu.pprof", filepath.Base(bin), pid))
 	cpuStart, _ := procStats(b, pid)
 	createPaced(ctx, b, client, ns, sc.Writes, sc.Rate)
 	select {
@@ -194,6 +209,11 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	// not: x/net's response buffer, untouched until the first write, and
 	// the serving goroutine's stack, grown by the encode.
 	_, rssWritten := serverMemory(ctx, b, hc, cfg.Host, pid)
+	heapWritten, stackWritten := liveHeap(ctx, b, hc, cfg.Host), stackInUse(ctx, b, hc, cfg.Host)
+	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("serve-%s-%d-written-heap.pprof", filepath.Base(bin), pid)),
+			get(ctx, b, hc, cfg.Host+"/debug/pprof/heap?gc=1"), 0o600)
+	}
 
 	// Churn: streams end and others open on the same names and
 	// connections, from the head, as informers re-watch.
@@ -202,16 +222,33 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 		b.Fatal(err)
 	}
 	reopens := int(sc.churnRate * sc.churn.Seconds())
+	churnProfiled := profileCPU(ctx, b, hc, cfg.Host, int(sc.churn.Seconds()), fmt.Sprintf("serve-%s-%d-churn-cpu.pprof", filepath.Base(bin), pid))
 	cpuChurn, _ := procStats(b, pid)
 	churnAt := time.Now()
-	_ = testkit.Paced(reopens, sc.churnRate, func(j int) error {
+	err = testkit.Paced(reopens, sc.churnRate, func(j int) error {
 		i := j % sc.Count
 		stops[i]()
+		// The next watch once the last one has ended, as an informer's:
+		// opened at once, it found its connection still at its limit of
+		// streams, and the client dialled another, so that a TLS handshake
+		// was a fifth of the churn's CPU.
+		select {
+		case <-ended[i]:
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("stream %d still open 10 s after it was cancelled", i)
+		}
 		open(i, head.ResourceVersion)
 		return nil
 	})
+	if err != nil {
+		b.Fatal(err)
+	}
 	churnTook := time.Since(churnAt)
 	cpuChurned, _ := procStats(b, pid)
+	select { // bounded, as every wait
+	case <-churnProfiled:
+	case <-time.After(time.Minute):
+	}
 
 	mu.Lock()
 	var latencies []time.Duration
@@ -225,6 +262,9 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	b.ReportMetric(float64(rssOpen-rssBefore)/n/1024, "KiB/stream")
 	b.ReportMetric(float64(rssWritten-rssBefore)/n/1024, "written-KiB/stream")
 	b.ReportMetric(float64(heapOpen-heapBefore)/n/1024, "heap-KiB/stream")
+	b.ReportMetric(float64(heapWritten-heapBefore)/n/1024, "written-heap-KiB/stream")
+	b.ReportMetric(float64(stackOpen)/n/1024, "stack-KiB/stream")
+	b.ReportMetric(float64(stackWritten)/n/1024, "written-stack-KiB/stream")
 	b.ReportMetric((goroutinesOpen-goroutinesBefore)/n, "goroutines/stream")
 	b.ReportMetric((cpuOpened - cpuOpen).Seconds(), "open-cpu-s")
 	if d := delivered.Load(); d > 0 {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"unsafe"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -102,18 +103,21 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 	if err != nil {
 		return nil, fmt.Errorf("metadata of %s: %w", key, err)
 	}
-	raw, ok := b.spliced(obj, stored, m.GetResourceVersion())
+	var trigger string
+	if b.cfg.TriggerField != "" {
+		trigger = b.cfg.IndexerFuncs[b.cfg.TriggerField](obj)
+	}
+	room := len(key) + len(trigger)
+	raw, ok := b.spliced(obj, stored, m.GetResourceVersion(), room)
 	if !ok {
-		if raw, err = b.codec.Encode(obj); err != nil {
+		if raw, err = b.codec.encode(obj, room); err != nil {
 			return nil, fmt.Errorf("encoding %s: %w", key, err)
 		}
 	}
-	o := &Object{Key: key, Raw: raw, Head: TypeHeader(raw), Codec: b.codec, RV: rv}
+	o := &Object{Head: TypeHeader(raw), Codec: b.codec, RV: rv}
+	o.Raw, o.Key, o.Trigger = pack(raw, key, trigger)
 	if len(l) > 0 {
 		o.Labels = b.intern.labels(l)
-	}
-	if b.cfg.TriggerField != "" {
-		o.Trigger = b.cfg.IndexerFuncs[b.cfg.TriggerField](obj)
 	}
 	o.attrs = b.intern.fields(f, b.cfg.TriggerField)
 	o.Hashes[shard.ByUID] = shard.Hash(string(m.GetUID()))
@@ -138,12 +142,12 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 // ObjectMeta's fields are always written in one order, so one object shows
 // where the resource's objects have their resourceVersion. If they differ,
 // it never splices again.
-func (b *Builder) spliced(obj runtime.Object, stored []byte, rv string) ([]byte, bool) {
+func (b *Builder) spliced(obj runtime.Object, stored []byte, rv string, room int) ([]byte, bool) {
 	state := b.splice.Load()
 	if stored == nil || state == spliceWrong {
 		return nil, false
 	}
-	raw, ok := spliceRV(stored, rv)
+	raw, ok := spliceRV(stored, rv, room)
 	if !ok || state == spliceRight {
 		return raw, ok
 	}
@@ -154,6 +158,31 @@ func (b *Builder) spliced(obj runtime.Object, stored []byte, rv string) ([]byte,
 	}
 	b.splice.CompareAndSwap(spliceUnknown, spliceRight)
 	return raw, true
+}
+
+// pack returns raw, and key and trigger as strings over copies of them
+// laid after raw in its capacity: one allocation for what an object holds
+// of its own, where three took each its own size class (docs/benchmarks.md,
+// "Where the heap goes"). The bytes are the object's, never written again
+// and never reused while a string points into them; the slice returned
+// for raw ends where the strings begin, so that no append reaches them.
+// Without room in raw's capacity the strings get an allocation of their own.
+func pack(raw []byte, key, trigger string) (rawOut []byte, keyOut, triggerOut string) {
+	n := len(raw)
+	raw, keyOut = appendString(raw, key)
+	raw, triggerOut = appendString(raw, trigger)
+	return raw[:n:n], keyOut, triggerOut
+}
+
+// appendString appends s to b and returns s as a string over the bytes
+// appended.
+func appendString(b []byte, s string) ([]byte, string) {
+	if s == "" {
+		return b, ""
+	}
+	at := len(b)
+	b = append(b, s...)
+	return b, unsafe.String(&b[at], len(s))
 }
 
 // namedIndexer is one of BuilderConfig.Indexers.

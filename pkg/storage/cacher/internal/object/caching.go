@@ -128,6 +128,12 @@ func (co *Caching) CacheEncode(id runtime.Identifier, encode func(runtime.Object
 	kind := co.o.Codec.kind(id)
 	switch kind {
 	case encoderRaw:
+		if s, ok := w.(runtime.Splice); ok {
+			// The watch handler's buffer for the embedded object: it can
+			// hold the bytes, which never change, instead of a copy of its own.
+			s.Splice(co.o.Raw)
+			return nil
+		}
 		_, err := w.Write(co.o.Raw)
 		return err
 	case encoderWatchUncached:
@@ -144,9 +150,7 @@ func (co *Caching) CacheEncode(id runtime.Identifier, encode func(runtime.Object
 		buf := scratch.Get().(*bytes.Buffer)
 		buf.Reset()
 		if kind == encoderWatch {
-			// The watch encoder encodes the object with its embedded
-			// encoder, which comes back here with its own identifier.
-			e.err = encode(co, buf)
+			e.err = co.encodeEvent(id, encode, buf)
 		} else if obj, err := co.object(); err != nil {
 			e.err = err
 		} else if e.err = encode(encodable(obj), buf); e.err == nil && kind == encoderUnknown {
@@ -166,6 +170,27 @@ func (co *Caching) CacheEncode(id runtime.Identifier, encode func(runtime.Object
 	}
 	_, err := w.Write(e.raw)
 	return err
+}
+
+// encodeEvent writes to buf the watch event the watch encoder id, whose
+// encode is encode, writes for co.
+func (co *Caching) encodeEvent(id runtime.Identifier, encode func(runtime.Object, io.Writer) error, buf *bytes.Buffer) error {
+	if start, ok := co.o.Codec.eventStart(id); ok {
+		// What the encoder was seen to write (Codec.learnEvent), without
+		// it: it encodes in the serving goroutine of the first watch sent
+		// the event, which for a single-object watch is its only one, where
+		// it grew the goroutine's stack, and two buffers the watch keeps
+		// while it lasts, for every watch.
+		buf.Write(appendEvent(buf.AvailableBuffer(), start, co.o.Raw))
+		return nil
+	}
+	// The watch encoder encodes the object with its embedded encoder,
+	// which comes back here with its own identifier.
+	if err := encode(co, buf); err != nil {
+		return err
+	}
+	co.o.Codec.learnEvent(id, co.o, buf.Bytes())
+	return nil
 }
 
 // object returns the decoded object the encoders share.

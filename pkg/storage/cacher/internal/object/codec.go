@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/runtime/serializer/versioning"
 )
 
@@ -37,9 +38,13 @@ type Codec struct {
 	// (BuilderConfig.Expiry).
 	expiry *Expiry
 
-	// mu guards encoders.
+	// mu guards encoders and events.
 	mu       sync.RWMutex
 	encoders map[runtime.Identifier]encoderKind
+	// events are the watch encoders known to write an event as a frame
+	// around its object's bytes (learnEvent): the frame's start by encoder,
+	// nil for one that does not.
+	events map[runtime.Identifier][]byte
 }
 
 // encoderKind is what the cache knows of an encoder.
@@ -65,15 +70,14 @@ const (
 )
 
 func newCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtime.Object, expiry *Expiry) *Codec {
-	c := &Codec{codec: codec, newFunc: newFunc, expiry: expiry, encoders: map[runtime.Identifier]encoderKind{}}
+	c := &Codec{codec: codec, newFunc: newFunc, expiry: expiry, encoders: map[runtime.Identifier]encoderKind{},
+		events: map[runtime.Identifier][]byte{}}
 	if scheme != nil {
 		// As the storage's codec decodes (k8s.io/apiserver's storage codec:
 		// JSON, not strict, defaulted, converted into the caller's type), but
 		// with the type taken from the header the cache's own bytes begin
 		// with, and unmarshalled in one pass (jsonDecoder).
-		s := jsonserializer.NewSerializerWithOptions(headerMeta{}, scheme, scheme, jsonserializer.SerializerOptions{})
-		d := &jsonDecoder{scheme: scheme, serializer: s, share: true}
-		c.decoder = versioning.NewDefaultingCodecForScheme(scheme, nil, d, nil, runtime.InternalGroupVersioner)
+		c.decoder = versioning.NewDefaultingCodecForScheme(scheme, nil, newJSONDecoder(scheme, true), nil, runtime.InternalGroupVersioner)
 	}
 	return c
 }
@@ -95,23 +99,44 @@ func (c *Codec) decode(o *Object, into runtime.Object) (runtime.Object, error) {
 // encoder wrote, which have each key once; other bytes, which the cache does
 // not keep, could name their type again after the header, and
 // DefaultMetaFactory would read the last.
-type headerMeta struct{}
+//
+// A cache's objects nearly all begin with one header, so it keeps the last
+// header it parsed and the type it named: parsing the group version again
+// for every object was a tenth of a decode (v1alpha1 lists' CPU profile).
+type headerMeta struct {
+	last atomic.Pointer[parsedHeader]
+}
 
-func (headerMeta) Interpret(data []byte) (*schema.GroupVersionKind, error) {
+// parsedHeader is a type header and the type it names.
+type parsedHeader struct {
+	header []byte
+	gvk    schema.GroupVersionKind
+}
+
+func (m *headerMeta) Interpret(data []byte) (*schema.GroupVersionKind, error) {
 	kind, apiVersion, n := parseTypeHeader(data)
 	if n == 0 {
 		return nil, fmt.Errorf("no type header in the cached bytes")
+	}
+	if last := m.last.Load(); last != nil && bytes.Equal(last.header, data[:n]) {
+		gvk := last.gvk // a copy: the serializer writes into what it is given
+		return &gvk, nil
 	}
 	gv, err := schema.ParseGroupVersion(string(apiVersion))
 	if err != nil {
 		return nil, err
 	}
 	gvk := gv.WithKind(string(kind))
+	m.last.Store(&parsedHeader{header: bytes.Clone(data[:n]), gvk: gvk})
 	return &gvk, nil
 }
 
 // Encode returns obj's bytes: its encoding, in a slice of its own length.
-func (c *Codec) Encode(obj runtime.Object) ([]byte, error) {
+func (c *Codec) Encode(obj runtime.Object) ([]byte, error) { return c.encode(obj, 0) }
+
+// encode is Encode with room for that many bytes more in the slice's
+// capacity.
+func (c *Codec) encode(obj runtime.Object, room int) ([]byte, error) {
 	buf := scratch.Get().(*bytes.Buffer)
 	defer func() {
 		if buf.Cap() <= maxScratch {
@@ -122,7 +147,7 @@ func (c *Codec) Encode(obj runtime.Object) ([]byte, error) {
 	if err := c.codec.Encode(obj, buf); err != nil {
 		return nil, err
 	}
-	return bytes.Clone(buf.Bytes()), nil
+	return append(make([]byte, 0, buf.Len()+room), buf.Bytes()...), nil
 }
 
 // kind returns what is known of the encoder id.
@@ -145,6 +170,7 @@ func (c *Codec) kind(id runtime.Identifier) encoderKind {
 type handlerIdentifier struct {
 	Name            string `json:"name"`
 	EmbeddedEncoder string `json:"embeddedEncoder"`
+	EventType       string `json:"eventType"`
 	Target          string `json:"target"`
 	NoHeaders       bool   `json:"noHeaders"`
 }
@@ -177,6 +203,56 @@ func (c *Codec) learned(id runtime.Identifier, k encoderKind) {
 	c.mu.Lock()
 	c.encoders[id] = k
 	c.mu.Unlock()
+}
+
+// eventStart returns the start of the frame the watch encoder id is known to
+// write around an object's bytes, and whether it is known to.
+func (c *Codec) eventStart(id runtime.Identifier) ([]byte, bool) {
+	c.mu.RLock()
+	start := c.events[id]
+	c.mu.RUnlock()
+	return start, start != nil
+}
+
+// learnEvent learns whether the watch encoder id writes an event as
+// appendEvent does, from what it wrote for o's.
+//
+// The watch handler's encoder writes a metav1.WatchEvent in JSON: the
+// event's type, then what its embedded encoder wrote for the object, which
+// encoding/json compacts, and a newline. Where the embedded encoder writes
+// the cached bytes (encoderRaw), which are that same encoder's compact
+// output, the event is the same frame around them for every object, so
+// one object shows it, as one shows an encoderRaw. Anything else (another
+// serializer, a Table, pretty output) differs, and is encoded.
+func (c *Codec) learnEvent(id runtime.Identifier, o *Object, encoded []byte) {
+	c.mu.RLock()
+	_, known := c.events[id]
+	c.mu.RUnlock()
+	if known {
+		return
+	}
+	var start []byte
+	var h handlerIdentifier
+	if err := json.Unmarshal([]byte(id), &h); err == nil && c.kind(runtime.Identifier(h.EmbeddedEncoder)) == encoderRaw {
+		t, _ := json.Marshal(h.EventType)
+		guess := slices.Concat([]byte(`{"type":`), t, []byte(`,"object":`))
+		if bytes.Equal(appendEvent(nil, guess, o.Raw), encoded) {
+			start = guess
+		}
+	}
+	c.mu.Lock()
+	if _, known := c.events[id]; !known {
+		c.events[id] = start
+	}
+	c.mu.Unlock()
+}
+
+// appendEvent appends to b the watch event whose frame begins with start,
+// of the object whose bytes are raw.
+func appendEvent(b, start, raw []byte) []byte {
+	b = append(b, start...)
+	b = append(b, bytes.TrimSuffix(raw, []byte("\n"))...)
+	return append(b, "}\n"...)
 }
 
 // rawFor reports whether the encoder id writes the cached bytes, learning

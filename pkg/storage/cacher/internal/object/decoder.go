@@ -3,6 +3,7 @@ package object
 import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 )
 
 // jsonDecoder decodes the cache's own bytes into the versioned type their
@@ -25,6 +26,8 @@ import (
 type jsonDecoder struct {
 	// scheme makes the versioned object for a header's kind.
 	scheme *runtime.Scheme
+	// meta reads the type header.
+	meta *headerMeta
 	// serializer decodes what decodeExact does not.
 	serializer runtime.Decoder
 	// share is decodeExact's: for the cache's own bytes, which never change.
@@ -32,6 +35,15 @@ type jsonDecoder struct {
 }
 
 var _ runtime.Decoder = &jsonDecoder{}
+
+// newJSONDecoder returns a jsonDecoder for scheme's types, falling back
+// to the storage's JSON serializer (not strict), with the type read from
+// the header the cache's own bytes begin with.
+func newJSONDecoder(scheme *runtime.Scheme, share bool) *jsonDecoder {
+	meta := &headerMeta{}
+	s := jsonserializer.NewSerializerWithOptions(meta, scheme, scheme, jsonserializer.SerializerOptions{})
+	return &jsonDecoder{scheme: scheme, meta: meta, serializer: s, share: share}
+}
 
 // Decode implements runtime.Decoder.
 func (d *jsonDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
@@ -49,7 +61,7 @@ func (d *jsonDecoder) decodeFast(data []byte, into runtime.Object) (runtime.Obje
 	case runtime.Unstructured, *runtime.Unknown:
 		return nil, nil, false
 	}
-	gvk, err := headerMeta{}.Interpret(data)
+	gvk, err := d.meta.Interpret(data)
 	if err != nil {
 		return nil, nil, false
 	}

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/runtime/serializer/versioning"
 	"k8s.io/apiserver/pkg/apis/example"
 	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
@@ -29,14 +28,14 @@ func benchmarkDecode(b *testing.B, pod *example.Pod) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := jsonserializer.NewSerializerWithOptions(headerMeta{}, scheme, scheme, jsonserializer.SerializerOptions{})
+	exact := newJSONDecoder(scheme, false)
 	for _, d := range []struct {
 		name    string
 		decoder runtime.Decoder
 	}{
-		{"serializer", s},
-		{"exact", &jsonDecoder{scheme: scheme, serializer: s}},
-		{"exact-shared", &jsonDecoder{scheme: scheme, serializer: s, share: true}},
+		{"serializer", exact.serializer},
+		{"exact", exact},
+		{"exact-shared", newJSONDecoder(scheme, true)},
 	} {
 		codec := versioning.NewDefaultingCodecForScheme(scheme, nil, d.decoder, nil, runtime.InternalGroupVersioner)
 		b.Run(d.name, func(b *testing.B) {

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/apis/example"
 	examplefuzzer "k8s.io/apiserver/pkg/apis/example/fuzzer"
 	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
@@ -27,7 +27,7 @@ import (
 func TestDecoderMatchesStorage(t *testing.T) {
 	codec := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
 	b := newIngest(codec, scheme)
-	fast := &jsonDecoder{scheme: scheme}
+	fast := newJSONDecoder(scheme, false)
 	f := fuzzer.FuzzerFor(fuzzer.MergeFuzzerFuncs(metafuzzer.Funcs, examplefuzzer.Funcs), rand.NewSource(27), codecs)
 	pods := []*example.Pod{edgePod()}
 	for range 500 {
@@ -74,8 +74,7 @@ func edgePod() *example.Pod {
 // unstructured objects, bytes with no type header, and bytes it cannot
 // parse. The serializer's answer, error included, is the decoder's.
 func TestDecoderFallsBack(t *testing.T) {
-	s := jsonserializer.NewSerializerWithOptions(headerMeta{}, scheme, scheme, jsonserializer.SerializerOptions{})
-	d := &jsonDecoder{scheme: scheme, serializer: s}
+	d := newJSONDecoder(scheme, false)
 	pod := []byte(`{"kind":"Pod","apiVersion":"example.apiserver.k8s.io/v1","metadata":{"name":"p"}}`)
 	tests := []struct {
 		name    string
@@ -96,7 +95,7 @@ func TestDecoderFallsBack(t *testing.T) {
 				t.Errorf("decoded fast: %v, want %v", ok, tc.fast)
 			}
 			_, _, err := d.Decode(tc.data, nil, tc.into)
-			_, _, want := s.Decode(tc.data, nil, tc.into)
+			_, _, want := d.serializer.Decode(tc.data, nil, tc.into)
 			if (err != nil) != tc.wantErr || (err == nil) != (want == nil) {
 				t.Errorf("error %v, the serializer's %v; want an error: %v", err, want, tc.wantErr)
 			}
@@ -193,5 +192,34 @@ func TestDecodedStringsShareTheBytes(t *testing.T) {
 				t.Error("a field set shares the bytes decoded; its holder may change them")
 			}
 		})
+	}
+}
+
+// TestHeaderMetaRemembersOneHeader checks that the header it remembers
+// answers only for that header, and that what it returns is the caller's
+// own: the serializer writes defaults into it.
+func TestHeaderMetaRemembersOneHeader(t *testing.T) {
+	m := &headerMeta{}
+	pod := []byte(`{"kind":"Pod","apiVersion":"example.apiserver.k8s.io/v1","metadata":{}}`)
+	tests := []struct {
+		data []byte
+		want schema.GroupVersionKind
+	}{
+		{pod, schema.GroupVersionKind{Group: "example.apiserver.k8s.io", Version: "v1", Kind: "Pod"}},
+		{pod, schema.GroupVersionKind{Group: "example.apiserver.k8s.io", Version: "v1", Kind: "Pod"}},
+		{pod, schema.GroupVersionKind{Group: "example.apiserver.k8s.io", Version: "v1", Kind: "Pod"}},
+		{[]byte(`{"kind":"Pod","apiVersion":"v1","metadata":{}}`), schema.GroupVersionKind{Version: "v1", Kind: "Pod"}},
+		{[]byte(`{"kind":"Node","apiVersion":"v1","metadata":{}}`), schema.GroupVersionKind{Version: "v1", Kind: "Node"}},
+		{pod, schema.GroupVersionKind{Group: "example.apiserver.k8s.io", Version: "v1", Kind: "Pod"}},
+	}
+	for i, tc := range tests {
+		got, err := m.Interpret(tc.data)
+		if err != nil {
+			t.Fatalf("%d: %v", i, err)
+		}
+		if *got != tc.want {
+			t.Errorf("%d: %v, want %v", i, *got, tc.want)
+		}
+		got.Kind = "Changed by the caller"
 	}
 }

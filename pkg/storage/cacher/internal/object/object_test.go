@@ -2,6 +2,7 @@ package object
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -13,6 +14,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apiserver/pkg/apis/example"
 	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
 	"k8s.io/apiserver/pkg/storage"
@@ -249,3 +251,138 @@ func TestRecordSize(t *testing.T) {
 		t.Errorf("an Object takes %d bytes, more than 128", size)
 	}
 }
+
+// TestPack checks that an object's key and trigger value, laid after its
+// bytes, read back as given, whether or not the bytes had room for them,
+// and that the bytes end where the strings begin: an append to them must
+// not write into the key.
+func TestPack(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		raw          []byte
+		key, trigger string
+	}{
+		{"room for both", append(make([]byte, 0, 64), `{"a":1}`...), "/registry/pods/ns/a", "node-1"},
+		{"no trigger", append(make([]byte, 0, 64), `{"a":1}`...), "/registry/pods/ns/a", ""},
+		{"no room", []byte(`{"a":1}`), "/registry/pods/ns/a", "node-1"},
+		{"room for the key only", append(make([]byte, 0, 7+19), `{"a":1}`...), "/registry/pods/ns/a", "node-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := string(tc.raw)
+			raw, key, trigger := pack(tc.raw, tc.key, tc.trigger)
+			if string(raw) != want || key != tc.key || trigger != tc.trigger {
+				t.Fatalf("pack = %q, %q, %q; want %q, %q, %q", raw, key, trigger, want, tc.key, tc.trigger)
+			}
+			if cap(raw) != len(raw) {
+				t.Errorf("the bytes' capacity is %d, past their length %d, over the strings", cap(raw), len(raw))
+			}
+			_ = append(raw, strings.Repeat("x", 64)...)
+			if key != tc.key || trigger != tc.trigger {
+				t.Errorf("after an append to the bytes: %q, %q", key, trigger)
+			}
+		})
+	}
+}
+
+// TestWatchEventsLearntAsFrames: a watch encoder whose events are the
+// same frame around the object's bytes is learnt as one, after which its
+// events are written without asking it; an encoder whose events differ
+// (pretty JSON), or whose embedded encoder does not write the bytes, is
+// not. The encoders are built as the watch handler's are: a WatchEvent,
+// holding what the embedded encoder wrote, encoded by the outer one.
+// (TestResponsesFromBytes in test/integration compares whole watches with
+// a server without the cache.)
+func TestWatchEventsLearntAsFrames(t *testing.T) {
+	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", ResourceVersion: "7", Labels: map[string]string{"a": "<b>&"}},
+		Spec: example.PodSpec{NodeName: "n\u2028"}}
+	json := codecs.LegacyCodec(examplev1.SchemeGroupVersion)
+	// Not the bytes: JSON but for the resourceVersion.
+	otherRV := runtime.WithVersionEncoder{Version: examplev1.SchemeGroupVersion, Encoder: encoderFunc(func(obj runtime.Object, w io.Writer) error {
+		p := obj.DeepCopyObject().(*example.Pod)
+		p.ResourceVersion = "6"
+		return json.Encode(p, w)
+	}), ObjectTyper: scheme}
+	// The bytes for a pod without labels only.
+	noLabels := runtime.WithVersionEncoder{Version: examplev1.SchemeGroupVersion, Encoder: encoderFunc(func(obj runtime.Object, w io.Writer) error {
+		p := obj.DeepCopyObject().(*example.Pod)
+		p.Labels = nil
+		return json.Encode(p, w)
+	}), ObjectTyper: scheme}
+	unlabelled := pod.DeepCopy()
+	unlabelled.Labels = nil
+	compact := jsonserializer.NewSerializerWithOptions(jsonserializer.DefaultMetaFactory, scheme, scheme, jsonserializer.SerializerOptions{})
+	pretty := jsonserializer.NewSerializerWithOptions(jsonserializer.DefaultMetaFactory, scheme, scheme, jsonserializer.SerializerOptions{Pretty: true})
+	for _, tc := range []struct {
+		name              string
+		embedded, outer   runtime.Encoder
+		embeddedID, outID string
+		// pod is what the events carry, pod above if nil; learnt, if set,
+		// is what the embedded encoder is first asked for.
+		pod, learnt *example.Pod
+		wantFrame   bool
+	}{
+		{name: "JSON", embedded: json, embeddedID: "json", outer: compact, outID: "compact", wantFrame: true},
+		{name: "pretty JSON", embedded: json, embeddedID: "json", outer: pretty, outID: "pretty"},
+		{name: "not the bytes inside", embedded: otherRV, embeddedID: "other-rv", outer: compact, outID: "compact"},
+		// Its events for this pod are the frame, but the embedded encoder
+		// was seen not to write the bytes of every pod.
+		{name: "not the bytes of every pod inside", embedded: noLabels, embeddedID: "no-labels", outer: compact, outID: "compact",
+			pod: unlabelled, learnt: pod},
+	} {
+		for _, eventType := range []string{"ADDED", "DELETED"} {
+			t.Run(tc.name+"/"+eventType, func(t *testing.T) {
+				id := runtime.Identifier(fmt.Sprintf(`{"name":"watch","embeddedEncoder":%q,"encoder":%q,"eventType":%q}`, tc.embeddedID, tc.outID, eventType))
+				encode := func(obj runtime.Object, w io.Writer) error {
+					var inner bytes.Buffer
+					if err := obj.(runtime.CacheableObject).CacheEncode(runtime.Identifier(tc.embeddedID), tc.embedded.Encode, &inner); err != nil {
+						return err
+					}
+					return tc.outer.Encode(&metav1.WatchEvent{Type: eventType, Object: runtime.RawExtension{Raw: inner.Bytes()}}, w)
+				}
+				c := newPodIngest()
+				if tc.learnt != nil {
+					o, err := c.Build(tc.learnt)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := NewCaching(o).CacheEncode(runtime.Identifier(tc.embeddedID), tc.embedded.Encode, io.Discard); err != nil {
+						t.Fatal(err)
+					}
+				}
+				o, err := c.Build(cmp.Or(tc.pod, pod))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want bytes.Buffer
+				if err := encode(NewCaching(o), &want); err != nil {
+					t.Fatal(err)
+				}
+				for i := range 2 {
+					var got bytes.Buffer
+					if err := NewCaching(o).CacheEncode(id, encode, &got); err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got.Bytes(), want.Bytes()) {
+						t.Fatalf("event %d: %s, want %s", i, got.Bytes(), want.Bytes())
+					}
+				}
+				if _, got := c.Codec().eventStart(id); got != tc.wantFrame {
+					t.Fatalf("learnt as a frame: %v, want %v", got, tc.wantFrame)
+				}
+				if tc.wantFrame {
+					var got bytes.Buffer
+					fail := func(runtime.Object, io.Writer) error { return fmt.Errorf("encoded") }
+					if err := NewCaching(o).CacheEncode(id, fail, &got); err != nil || !bytes.Equal(got.Bytes(), want.Bytes()) {
+						t.Errorf("after learning: %q, %v; want %q", got.Bytes(), err, want.Bytes())
+					}
+				}
+			})
+		}
+	}
+}
+
+// encoderFunc is a runtime.Encoder that encodes with itself.
+type encoderFunc func(runtime.Object, io.Writer) error
+
+func (f encoderFunc) Encode(obj runtime.Object, w io.Writer) error { return f(obj, w) }
+func (encoderFunc) Identifier() runtime.Identifier                 { return "func" }

@@ -29,7 +29,8 @@ import (
 // newFunc makes the resource's object, which Decode decodes into when its
 // caller gives none, as the etcd3 store's reads of single objects do.
 func NewStorageCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtime.Object) runtime.Codec {
-	fast := &jsonDecoder{scheme: scheme, serializer: notDecoded{}}
+	fast := newJSONDecoder(scheme, false)
+	fast.serializer = notDecoded{}
 	c := &storageCodec{Codec: codec,
 		fast: versioning.NewDefaultingCodecForScheme(scheme, nil, fast, nil, runtime.InternalGroupVersioner)}
 	if newFunc != nil {

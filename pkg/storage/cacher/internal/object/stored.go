@@ -97,7 +97,9 @@ var metaBeforeRV = [][]byte{[]byte(`"name":`), []byte(`"generateName":`), []byte
 // whose type header is followed by its metadata, an ObjectMeta. Anything
 // else (no such header, metadata elsewhere, a resourceVersion already, an
 // escape in the keys before it) returns false, and the caller encodes.
-func spliceRV(stored []byte, rv string) ([]byte, bool) {
+//
+// The slice it returns has room for that many bytes more in its capacity.
+func spliceRV(stored []byte, rv string, room int) ([]byte, bool) {
 	n := int(TypeHeader(stored))
 	if n == 0 || rv == "" || strings.Trim(rv, "0123456789") != "" {
 		return nil, false
@@ -139,7 +141,7 @@ func spliceRV(stored []byte, rv string) ([]byte, bool) {
 		field += ","
 	}
 	at := len(stored) - len(rest)
-	out := make([]byte, 0, len(stored)+len(field))
+	out := make([]byte, 0, len(stored)+len(field)+room)
 	out = append(out, stored[:at]...)
 	out = append(out, field...)
 	return append(out, stored[at:]...), true

@@ -54,7 +54,7 @@ func TestSpliceRV(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			want := encodedPod(t, json, tc.pod, "12345")
-			got, ok := spliceRV(encodedPod(t, json, tc.pod, ""), "12345")
+			got, ok := spliceRV(encodedPod(t, json, tc.pod, ""), "12345", 0)
 			if !ok || !bytes.Equal(got, want) {
 				t.Errorf("spliced (%v)\n%s\nthe codec writes\n%s", ok, got, want)
 			}
@@ -78,7 +78,7 @@ func TestSpliceRV(t *testing.T) {
 	}
 	for _, tc := range declined {
 		t.Run(tc.name, func(t *testing.T) {
-			if got, ok := spliceRV(tc.stored, tc.rv); ok {
+			if got, ok := spliceRV(tc.stored, tc.rv, 0); ok {
 				t.Errorf("spliced\n%s\nwant it declined", got)
 			}
 		})

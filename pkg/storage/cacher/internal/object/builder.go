@@ -114,8 +114,8 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 			return nil, fmt.Errorf("encoding %s: %w", key, err)
 		}
 	}
-	o := &Object{Head: TypeHeader(raw), Codec: b.codec, RV: rv}
-	o.Raw, o.Key, o.Trigger = pack(raw, key, trigger)
+	o := &Object{Key: key, Head: TypeHeader(raw), Codec: b.codec, RV: rv, Trigger: trigger}
+	o.Raw = pack(raw, &o.Key, &o.Trigger)
 	if len(l) > 0 {
 		o.Labels = b.intern.labels(l)
 	}
@@ -160,29 +160,22 @@ func (b *Builder) spliced(obj runtime.Object, stored []byte, rv string, room int
 	return raw, true
 }
 
-// pack returns raw, and key and trigger as strings over copies of them
-// laid after raw in its capacity: one allocation for what an object holds
-// of its own, where three took each its own size class (docs/benchmarks.md,
-// "Where the heap goes"). The bytes are the object's, never written again
-// and never reused while a string points into them; the slice returned
-// for raw ends where the strings begin, so that no append reaches them.
-// Without room in raw's capacity the strings get an allocation of their own.
-func pack(raw []byte, key, trigger string) (rawOut []byte, keyOut, triggerOut string) {
+// pack lays the strings after raw, in its capacity, and points them at
+// their copies there: one allocation for what an object holds of its own,
+// where three took each its own size class (docs/benchmarks.md, "Where
+// the heap goes"). The bytes are the object's, never written again and
+// never reused while a string points into them; the slice it returns ends
+// where the strings begin, so that no append reaches them. Without room in
+// raw's capacity the strings get an allocation of their own.
+func pack(raw []byte, strs ...*string) []byte {
 	n := len(raw)
-	raw, keyOut = appendString(raw, key)
-	raw, triggerOut = appendString(raw, trigger)
-	return raw[:n:n], keyOut, triggerOut
-}
-
-// appendString appends s to b and returns s as a string over the bytes
-// appended.
-func appendString(b []byte, s string) ([]byte, string) {
-	if s == "" {
-		return b, ""
+	for _, s := range strs {
+		if at := len(raw); *s != "" {
+			raw = append(raw, *s...)
+			*s = unsafe.String(&raw[at], len(*s))
+		}
 	}
-	at := len(b)
-	b = append(b, s...)
-	return b, unsafe.String(&b[at], len(s))
+	return raw[:n:n]
 }
 
 // namedIndexer is one of BuilderConfig.Indexers.

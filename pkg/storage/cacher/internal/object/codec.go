@@ -241,9 +241,7 @@ func (c *Codec) learnEvent(id runtime.Identifier, o *Object, encoded []byte) {
 		}
 	}
 	c.mu.Lock()
-	if _, known := c.events[id]; !known {
-		c.events[id] = start
-	}
+	c.events[id] = start // another learner's answer is the same
 	c.mu.Unlock()
 }
 

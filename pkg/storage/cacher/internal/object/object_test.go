@@ -269,7 +269,8 @@ func TestPack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := string(tc.raw)
-			raw, key, trigger := pack(tc.raw, tc.key, tc.trigger)
+			key, trigger := tc.key, tc.trigger
+			raw := pack(tc.raw, &key, &trigger)
 			if string(raw) != want || key != tc.key || trigger != tc.trigger {
 				t.Fatalf("pack = %q, %q, %q; want %q, %q, %q", raw, key, trigger, want, tc.key, tc.trigger)
 			}

@@ -19,9 +19,9 @@ import (
 // server 30 to 50 KiB of RSS when clients share HTTP/2 connections (make
 // bench-serve: 30 before it carries an event, 37 to 50 once it has, with
 // the garbage its events leave) and about 100 KiB when each has its own
-// (make bench-http),
-// so 20,000 watches are 0.6 to 2 GiB: within the manifests' 4 GiB beside
-// 100,000 objects (564 MiB) even with a connection each, and
+// (make bench-http), so 20,000 watches are 0.6 to 2 GiB: within the
+// manifests' 4 GiB beside 100,000 objects (564 MiB) even with a connection
+// each, and
 // low enough that a runaway client cannot take the server's memory with it
 // (docs/operations.md, Sizing).
 const DefaultMaxWatches = 20_000

@@ -184,10 +184,7 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	heapOpen := liveHeap(ctx, b, hc, cfg.Host)
 	stackOpen := stackInUse(ctx, b, hc, cfg.Host)
 	goroutinesOpen := scrapeValue(string(get(ctx, b, hc, cfg.Host+"/metrics")), "go_goroutines")
-	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
-		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("serve-%s-%d-heap.pprof", filepath.Base(bin), pid)),
-			get(ctx, b, hc, cfg.Host+"/debug/pprof/heap?gc=1"), 0o600)
-	}
+	saveHeapProfile(ctx, b, hc, cfg.Host, "BENCH_PROFILE_DIR", fmt.Sprintf("serve-%s-%d-heap.pprof", filepath.Base(bin), pid))
 	idle := idleCores(b, pid, sc.Idle)
 
 	// Writes: each create reaches the streams of its name, streams/writes of
@@ -206,14 +203,11 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 	}
 
 	// A stream that has carried an event holds more than one that has
-	// not: x/net's response buffer, untouched until the first write, and
-	// the serving goroutine's stack, grown by the encode.
+	// not: x/net's response buffer, untouched until the first write, and,
+	// where the handler encodes in it, the serving goroutine's stack.
 	_, rssWritten := serverMemory(ctx, b, hc, cfg.Host, pid)
 	heapWritten, stackWritten := liveHeap(ctx, b, hc, cfg.Host), stackInUse(ctx, b, hc, cfg.Host)
-	if dir := os.Getenv("BENCH_PROFILE_DIR"); dir != "" {
-		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("serve-%s-%d-written-heap.pprof", filepath.Base(bin), pid)),
-			get(ctx, b, hc, cfg.Host+"/debug/pprof/heap?gc=1"), 0o600)
-	}
+	saveHeapProfile(ctx, b, hc, cfg.Host, "BENCH_PROFILE_DIR", fmt.Sprintf("serve-%s-%d-written-heap.pprof", filepath.Base(bin), pid))
 
 	// Churn: streams end and others open on the same names and
 	// connections, from the head, as informers re-watch.
@@ -222,7 +216,7 @@ func runServe(b *testing.B, impl, bin string, sc serveScenario) {
 		b.Fatal(err)
 	}
 	reopens := int(sc.churnRate * sc.churn.Seconds())
-	churnProfiled := profileCPU(ctx, b, hc, cfg.Host, int(sc.churn.Seconds()), fmt.Sprintf("serve-%s-%d-churn-cpu.pprof", filepath.Base(bin), pid))
+	churnProfiled := profileCPU(ctx, b, hc, cfg.Host, max(1, int(sc.churn.Seconds())), fmt.Sprintf("serve-%s-%d-churn-cpu.pprof", filepath.Base(bin), pid))
 	cpuChurn, _ := procStats(b, pid)
 	churnAt := time.Now()
 	err = testkit.Paced(reopens, sc.churnRate, func(j int) error {

@@ -48,7 +48,7 @@ func (pr *Presenter) shared(obj runtime.Object, rv uint64) runtime.Object {
 		klog.ErrorS(err, "Cannot encode an object to share", "type", fmt.Sprintf("%T", obj))
 		return obj
 	}
-	return object.NewCaching(&object.Object{Raw: raw, Head: object.TypeHeader(raw), Codec: pr.codec, RV: rv})
+	return object.NewCachingOf(&object.Object{Raw: raw, Head: object.TypeHeader(raw), Codec: pr.codec, RV: rv}, obj)
 }
 
 // fields returns o's selectable fields for a selector to read; nothing is

@@ -72,3 +72,21 @@ func TestObjectFields(t *testing.T) {
 		}
 	}
 }
+
+// TestSharedKeepsItsObject checks that a shared object, such as a bookmark,
+// gives encoders that need a Go object the object it was made from, not its
+// bytes decoded: a decoder defaults what it decodes, and a bookmark's empty
+// object, defaulted, no longer encoded as its bytes, which taught the watch
+// encoder that first compared them that it does not write them
+// (object.TestMadeObjectsLearntAsTheirBytes).
+func TestSharedKeepsItsObject(t *testing.T) {
+	pr := NewPresenter("", objecttest.Pods.Codec(), nil)
+	bookmark := &example.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "5"}}
+	shared, ok := pr.shared(bookmark, 5).(metav1.ObjectMetaAccessor)
+	if !ok {
+		t.Fatalf("shared is %T, not a cached object", shared)
+	}
+	if got := shared.GetObjectMeta(); got != metav1.Object(bookmark) {
+		t.Fatalf("the shared object's metadata is %#v, not its own object's: its bytes were decoded", got)
+	}
+}

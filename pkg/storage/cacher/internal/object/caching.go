@@ -65,6 +65,21 @@ var (
 
 func NewCaching(o *Object) *Caching { return &Caching{o: o} }
 
+// NewCachingOf is a Caching of o, whose bytes are obj's encoding: an object
+// the cache made, not read from etcd, such as a bookmark. Encoders that
+// need a Go object get obj, as upstream's do, not o's bytes decoded, which
+// the decoder defaults. Decoded, a bookmark's empty object gained its
+// defaults and no longer encoded as its bytes, and the encoder that first
+// compared the two was learnt as one that does not write the bytes, for
+// every object after it: where a bookmark was the first object a watch
+// encoder met, every event was encoded again for each stream. obj is
+// shared and read-only from then on.
+func NewCachingOf(o *Object, obj runtime.Object) *Caching {
+	co := &Caching{o: o}
+	co.decodeOnce.Do(func() { co.decoded = obj })
+	return co
+}
+
 // Caching returns o's Caching, making it if o has none: every sender
 // until x's TTL passes unused shares one, and so one encoding per
 // serializer. A nil x keeps it while o is current.

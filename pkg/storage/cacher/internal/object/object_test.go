@@ -14,7 +14,9 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apiserver/pkg/apis/example"
 	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
 	"k8s.io/apiserver/pkg/storage"
@@ -379,6 +381,54 @@ func TestWatchEventsLearntAsFrames(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestMadeObjectsLearntAsTheirBytes checks that an object the cache made,
+// such as a bookmark, teaches a watch encoder what its bytes teach: a
+// bookmark's empty object, decoded with the defaults a decoder sets, no
+// longer encoded as its bytes, and when it was the first object a watch
+// encoder met, every event after it was encoded again, for each stream.
+func TestMadeObjectsLearntAsTheirBytes(t *testing.T) {
+	// Pods whose decoder defaults their restart policy.
+	s := runtime.NewScheme()
+	metav1.AddToGroupVersion(s, metav1.SchemeGroupVersion)
+	utilruntime.Must(example.AddToScheme(s))
+	utilruntime.Must(examplev1.AddToScheme(s))
+	s.AddTypeDefaultingFunc(&examplev1.Pod{}, func(obj any) {
+		if p := obj.(*examplev1.Pod); p.Spec.RestartPolicy == "" {
+			p.Spec.RestartPolicy = "Always"
+		}
+	})
+	json := serializer.NewCodecFactory(s).LegacyCodec(examplev1.SchemeGroupVersion)
+	c := newIngest(json, s)
+	bookmark := &example.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "5"}}
+	raw, err := c.Codec().Encode(bookmark)
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := NewCachingOf(&Object{Raw: raw, Head: TypeHeader(raw), Codec: c.Codec(), RV: 5}, bookmark)
+	const id = runtime.Identifier("json")
+	var got bytes.Buffer
+	if err := made.CacheEncode(id, json.Encode, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), raw) {
+		t.Fatalf("the bookmark encoded as %s, want its bytes %s", got.Bytes(), raw)
+	}
+	if k := c.Codec().kind(id); k != encoderRaw {
+		t.Fatalf("after the bookmark the encoder is %v, want encoderRaw", k)
+	}
+	// A pod from etcd, which its decoder defaulted, is still sent as its bytes.
+	o, err := c.Build(&example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", ResourceVersion: "6"},
+		Spec: example.PodSpec{RestartPolicy: "Always"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := func(runtime.Object, io.Writer) error { return fmt.Errorf("encoded, not sent as its bytes") }
+	got.Reset()
+	if err := NewCaching(o).CacheEncode(id, fail, &got); err != nil || !bytes.Equal(got.Bytes(), o.Raw) {
+		t.Fatalf("the pod after the bookmark: %q, %v; want its bytes %q", got.Bytes(), err, o.Raw)
 	}
 }
 

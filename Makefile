@@ -72,13 +72,14 @@ test-integration: kube-apiserver image runc
 test-faults:
 	$(GO) test $(TEST_FLAGS) ./test/faults/...
 
-# examples/, hack/promql and hack/image are modules of their own (their
-# dependencies are never the server's); the example's test runs through
-# our cache.
+# examples/, hack/promql, hack/image and hack/cpuowners are modules of their
+# own (their dependencies are never the server's); the example's test runs
+# through our cache.
 test-examples:
 	cd examples/sample-apiserver && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/promql && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/image && $(GO) test $(TEST_FLAGS) ./...
+	cd hack/cpuowners && $(GO) test $(TEST_FLAGS) ./...
 
 ## fuzz: hostile reads (test/fuzz) against an in-process server, FUZZTIME per target (10m);
 ## the seed corpus runs in make test. A crasher lands in test/fuzz/testdata/fuzz: commit it.
@@ -206,8 +207,9 @@ bench-watchlist-writes:
 	$(call turns-bench,BenchmarkWatchListWrites,WATCHLIST,120m)
 
 ## bench-serve: what a single-object watch stream costs the serving path: SERVE_STREAMS (20,000) streams,
-## 500 to an HTTP/2 connection, then SERVE_WRITES creates at 100/s, each reaching one stream: RSS and heap
-## per stream, CPU to open them, CPU per delivered event, latency, idle CPU over 3 minutes, CPU while streams
+## SERVE_PER_CONN (100, the generic server's limit) to an HTTP/2 connection, then SERVE_WRITES creates at
+## 100/s, each reaching one stream, and the same creates alone before any stream: RSS and heap per stream,
+## CPU to open them, CPU per delivered event, latency, idle CPU over 3 minutes, CPU while streams
 ## re-open at K/450 a second for a minute (SERVE_CHURN_RATE, SERVE_CHURN_SECONDS); our server and
 ## upstream's wiring taking turns for SERVE_ROUNDS rounds (~6 min a round at 20,000). SERVE_ALT=path,… adds
 ## other server binaries; BENCH_PROFILE_DIR=dir keeps heap and CPU profiles (issue 57, docs/benchmarks.md).
@@ -247,6 +249,7 @@ verify:
 	cd examples/sample-apiserver && $(GO) vet ./...
 	cd hack/promql && $(GO) vet ./...
 	cd hack/image && $(GO) vet ./...
+	cd hack/cpuowners && $(GO) vet ./...
 	hack/verify-codegen.sh
 
 clean:

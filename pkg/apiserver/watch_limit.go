@@ -16,8 +16,8 @@ import (
 )
 
 // DefaultMaxWatches is --max-watches' default. An open watch costs this
-// server 30 to 50 KiB of RSS when clients share HTTP/2 connections (make
-// bench-serve: 30 before it carries an event, 37 to 50 once it has, with
+// server 30 to 55 KiB of RSS when clients share HTTP/2 connections (make
+// bench-serve: 30 before it carries an event, 37 to 53 once it has, with
 // the garbage its events leave) and about 100 KiB when each has its own
 // (make bench-http), so 20,000 watches are 0.6 to 2 GiB: within the
 // manifests' 4 GiB beside 100,000 objects (564 MiB) even with a connection

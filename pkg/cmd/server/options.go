@@ -164,7 +164,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) cliflag.NamedFlagSets {
 	main.IntVar(&o.MaxWatches, "max-watches", o.MaxWatches,
 		"The most watch requests (watch-lists included) this server serves at once. Past it a new watch gets "+
 			"429 Too Many Requests with Retry-After; open watches are untouched. An open watch costs the server "+
-			"30 to 50 KiB when clients share HTTP/2 connections (as behind the kube-aggregator) and about 100 KiB "+
+			"30 to 55 KiB when clients share HTTP/2 connections (as behind the kube-aggregator) and about 100 KiB "+
 			"with a connection each (docs/operations.md, Sizing). 0 is no limit.")
 
 	wc := fss.FlagSet("watch cache")

@@ -27,7 +27,35 @@ const (
 	// ReadyzWithoutCache leaves the storage-readiness hook out, so that
 	// /readyz says ready before the caches serve (issue 56).
 	ReadyzWithoutCache Fault = "readyz-without-cache"
+
+	// The bugs of issue 65, each where the cache's transitions once had it.
+
+	// BackfillGivesUp ends a warm start's backfill for good on a transient
+	// failure (etcd paused, its watch silent), as it once did: watches from
+	// before the start then get 410 for history etcd still holds.
+	BackfillGivesUp Fault = "backfill-gives-up"
+	// BackfillKept keeps a backfill that a re-list abandoned as the one
+	// watches wait for, after a cold list: they get 429 until the next
+	// warm start.
+	BackfillKept Fault = "backfill-kept"
+	// FailedListCold makes the list after a failed one cold.
+	FailedListCold Fault = "failed-list-cold"
+	// ExactListUnlocked takes an exact list's base without the
+	// dispatcher's lock: between the store's apply of a revision and the
+	// log's append of it, the list holds the revision after its own.
+	ExactListUnlocked Fault = "exact-list-unlocked"
+	// ReplayKeepsRepeats has the backfill's replay keep a revision etcd
+	// delivered twice, out of order in the log.
+	ReplayKeepsRepeats Fault = "replay-keeps-repeats"
+	// WatchWaitsCreated opens the etcd watch waiting for etcd to answer
+	// that it was created, with no silence check meanwhile.
+	WatchWaitsCreated Fault = "watch-waits-created"
+	// BackfillIdleByHead judges the replay's watch idle by the cache's
+	// head, not the replay's position: a stalled replay of an idle etcd
+	// then never ends.
+	BackfillIdleByHead Fault = "backfill-idle-by-head"
 )
 
 // Known are the faults On can inject.
-var Known = []Fault{DropLastOfRevision, FloorOnProgress, ListMissesRevisionEvent, ReadyzWithoutCache}
+var Known = []Fault{DropLastOfRevision, FloorOnProgress, ListMissesRevisionEvent, ReadyzWithoutCache,
+	BackfillGivesUp, BackfillKept, FailedListCold, ExactListUnlocked, ReplayKeepsRepeats, WatchWaitsCreated, BackfillIdleByHead}

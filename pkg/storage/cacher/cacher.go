@@ -86,16 +86,29 @@ func New(cfg Config) (*Cacher, error) {
 		c.src.Run(ctx)
 	}()
 	go c.tick(ctx)
+	addLive(c)
 	return c, nil
 }
 
 // Stop ends the ingest loop and every watcher. It is safe to call twice.
 func (c *Cacher) Stop() {
+	removeLive(c)
 	c.cfg.Shutdown.Unregister(c.d)
 	c.stop()
 	<-c.done
 	c.ready.Set(source.Stopped)
 	c.d.Close()
+}
+
+// Floor is the oldest resourceVersion a watch can resume from without a
+// 410: the later of etcd's compaction, as the store knows it, and the
+// oldest the cache promises to hold (source.Promised): its history, which
+// the window and the byte budget trim, or, while a warm start's backfill
+// runs, where it fills from. A watch from below it gets 410; from it or
+// above, its events. The floor_resource_version metric reports it, so
+// that a checker reads the promise rather than guess it.
+func (c *Cacher) Floor() uint64 {
+	return max(uint64(max(c.cfg.Storage.CompactRevision(), 0)), c.src.Promised())
 }
 
 // waitConsistent waits until the cache holds etcd's current revision. When

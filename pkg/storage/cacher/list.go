@@ -105,7 +105,7 @@ func (c *Cacher) snapshotAt(rv uint64) (store.Snapshot, bool) {
 	if int64(rv) < c.cfg.Storage.CompactRevision() {
 		return store.Snapshot{}, false
 	}
-	return c.store.At(rv, c.log.Between)
+	return c.d.At(rv)
 }
 
 // listByIndex serves an unpaginated list of the current state through an

@@ -55,6 +55,12 @@ var (
 		"Events etcd delivered again on the cache's watch, at or below a revision the cache had already "+
 			"applied, and that the cache dropped. A watch the etcd client resumes on another member can "+
 			"repeat events (etcd-io/etcd#20221); applying one would put an old version back.")
+	backfillsCounter = counterVec("backfills_total",
+		"Warm starts' backfills of the history from etcd, by result: started; filled; retried, an attempt that "+
+			"failed for a reason that passes (etcd paused or without a leader) and is tried again; given_up, as "+
+			"when etcd compacted past it or the log moved on; abandoned by a re-list or a stop.", "result")
+	backfillEventsGauge = gaugeVec("backfill_events",
+		"Events a running backfill holds in memory, replayed from etcd and not yet in the event log.")
 	unreadyGauge = gaugeVec("unready",
 		"Caches of the resource that cannot serve: initializing, or listing etcd again. Reads they would "+
 			"serve get 429 meanwhile (or go to etcd with --watch-cache-consistent-read-fallback).")
@@ -87,8 +93,8 @@ func registerMetrics() {
 		// here too makes them work for a cache used without one, as in tests.
 		upstream.Register()
 		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
-			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap, replayedCounter, unreadyGauge)
-		legacyregistry.CustomMustRegister(&gzipRunsCollector{})
+			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap, replayedCounter, backfillsCounter, backfillEventsGauge, unreadyGauge)
+		legacyregistry.CustomMustRegister(&gzipRunsCollector{}, &floorCollector{})
 	})
 }
 
@@ -115,6 +121,10 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 	}
 	for _, reason := range []string{source.EndCompacted, source.EndUnreadable, source.EndInconsistent, source.EndUnavailable} {
 		relistsCounter.WithLabelValues(g, r, reason)
+	}
+	for _, result := range []string{source.BackfillStarted, source.BackfillFilled, source.BackfillRetried,
+		source.BackfillGaveUp, source.BackfillAbandoned} {
+		backfillsCounter.WithLabelValues(g, r, result)
 	}
 	for _, status := range []string{source.CheckSuccess, source.CheckFailure, source.CheckError} {
 		upstream.StorageConsistencyCheckTotal.WithLabelValues(g, r, status)
@@ -154,6 +164,8 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 			upstream.StorageConsistencyCheckTotal.WithLabelValues(g, r, status).Inc()
 		},
 		ResourceVersion: func(rv uint64) { upstream.RecordResourceVersion(gr, rv) },
+		Backfill:        func(result string) { backfillsCounter.WithLabelValues(g, r, result).Inc() },
+		BackfillEvents:  backfillEventsGauge.WithLabelValues(g, r),
 	}
 	return m
 }
@@ -214,4 +226,60 @@ func (*gzipRunsCollector) CollectWithStability(ch chan<- compbasemetrics.Metric)
 	made, shared := object.RunsCompressed()
 	ch <- compbasemetrics.NewLazyConstMetric(gzipRunsDesc, compbasemetrics.CounterValue, float64(made), "compressed")
 	ch <- compbasemetrics.NewLazyConstMetric(gzipRunsDesc, compbasemetrics.CounterValue, float64(shared), "shared")
+}
+
+// floorDesc is each resource's floor (Cacher.Floor), read when scraped.
+var floorDesc = compbasemetrics.NewDesc(namespace+"_"+subsystem+"_floor_resource_version",
+	"The oldest resourceVersion a watch of the resource can resume from without a 410: the later of etcd's "+
+		"compaction and the oldest the cache's history holds, or, while a warm start's backfill runs, the one "+
+		"it fills from. Where several caches serve one resource, the latest of theirs. 0 while no cache serves it.",
+	[]string{"group", "resource"}, nil, compbasemetrics.ALPHA, "")
+
+// liveCaches are the caches running, whose floors are scraped.
+var liveCaches struct {
+	// mu guards set.
+	mu  sync.Mutex
+	set map[*Cacher]struct{}
+}
+
+func addLive(c *Cacher) {
+	liveCaches.mu.Lock()
+	defer liveCaches.mu.Unlock()
+	if liveCaches.set == nil {
+		liveCaches.set = map[*Cacher]struct{}{}
+	}
+	liveCaches.set[c] = struct{}{}
+}
+
+func removeLive(c *Cacher) {
+	liveCaches.mu.Lock()
+	defer liveCaches.mu.Unlock()
+	delete(liveCaches.set, c)
+}
+
+// floorCollector reports the floor of every resource a live cache serves.
+type floorCollector struct {
+	compbasemetrics.BaseStableCollector
+}
+
+func (*floorCollector) DescribeWithStability(ch chan<- *compbasemetrics.Desc) { ch <- floorDesc }
+
+func (*floorCollector) CollectWithStability(ch chan<- compbasemetrics.Metric) {
+	liveCaches.mu.Lock()
+	caches := make([]*Cacher, 0, len(liveCaches.set))
+	for c := range liveCaches.set {
+		caches = append(caches, c)
+	}
+	liveCaches.mu.Unlock()
+	floors := map[schema.GroupResource]uint64{}
+	for _, c := range caches {
+		if c.ReadinessCheck() != nil {
+			continue
+		}
+		gr := c.cfg.GroupResource
+		floors[gr] = max(floors[gr], c.Floor())
+	}
+	for gr, floor := range floors {
+		ch <- compbasemetrics.NewLazyConstMetric(floorDesc, compbasemetrics.GaugeValue, float64(floor), gr.Group, gr.Resource)
+	}
 }

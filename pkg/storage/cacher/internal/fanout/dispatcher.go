@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
 
 // Dispatcher fans events out to watchers, with this slow-consumer policy:
@@ -134,6 +136,7 @@ func (d *Dispatcher) Process(rev ...*Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.store.Apply(rev...)
+	_ = inject.Hit(context.Background(), inject.ApplyAppend)
 	d.log.Append(rev...)
 	// Snapshots live as long as the events after them.
 	since, _ := d.log.Bounds()
@@ -208,6 +211,27 @@ func (d *Dispatcher) observeDelivered(e *Event, n int, built time.Time) {
 		d.metrics.Dispatch.ObserveStage(upstream.StageCacheToWatcher, wait)
 		d.metrics.Dispatch.ObserveStage(upstream.StageTotal, total)
 	}
+}
+
+// At returns the state at exactly rv, if the store and the history can
+// tell it (store.At). Its base is taken under the dispatcher's lock, where
+// the history holds every revision the store applied: taken between the
+// two (Process), an exact list at rv held the revision after it, which
+// the history could not yet undo (issue 65). Upstream updates its store
+// and its ring under one lock for the same reason.
+func (d *Dispatcher) At(rv uint64) (store.Snapshot, bool) {
+	locked := !inject.On(inject.ExactListUnlocked)
+	if locked {
+		d.mu.Lock()
+	}
+	b, ok := d.store.Base(rv)
+	if locked {
+		d.mu.Unlock()
+	}
+	if !ok {
+		return store.Snapshot{}, false
+	}
+	return d.store.Rebuild(b, d.log.Between)
 }
 
 // Progress moves the head to rv on an etcd progress notification.

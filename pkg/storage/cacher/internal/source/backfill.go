@@ -16,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
@@ -38,10 +39,22 @@ import (
 // is later. etcd's compactor keeps five minutes by default, so at moderate
 // write rates the revision bound is what applies.
 
+// A backfill that fails for a reason that passes (etcd paused or without
+// a leader, its watch silent or closed, a list that timed out) tries
+// again, with a backoff, for as long as the log it fills still starts
+// where it did: giving up turned a warm start cold for good when etcd was
+// slow during a restart (issue 65). It stops only when it is filled, when
+// the log moved on (a re-list, or events trimmed from its front), when
+// etcd's compaction overtook it backfillAttempts times, or when the cache
+// stops or lists again.
+
 // backfill is history being filled in behind the log.
 type backfill struct {
 	// to is the revision the log starts at; the backfill covers what is before it.
 	to uint64
+	// from is the oldest revision the backfill promises: the bound it
+	// starts with, then the revision it fills from once etcd told it.
+	from atomic.Uint64
 	// done is closed when the backfill has finished, filled or not.
 	done chan struct{}
 	// abandoned is set, before done closes, when the backfill ended with
@@ -49,56 +62,130 @@ type backfill struct {
 	abandoned atomic.Bool
 }
 
+// ended reports whether the backfill has finished.
+func (bf *backfill) ended() bool {
+	select {
+	case <-bf.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // errBackfilled ends the backfill's watch once it has reached its end.
 var errBackfilled = errors.New("backfilled")
+
+// errMovedOn is a backfill's when the log it was to fill was reset or
+// trimmed meanwhile: no attempt can fill it.
+var errMovedOn = errors.New("the log moved on during the backfill")
 
 // backfillAttempts bounds the attempts of a backfill that etcd's
 // compaction overtook between finding the oldest revision it serves and
 // replaying from there: each finds a newer one.
 const backfillAttempts = 3
 
+// Delays between a backfill's attempts after a failure that passes: short
+// at first, as most are a moment's, and at most a second and a half, so
+// that the backfill fills within two seconds of etcd answering again.
+const (
+	minBackfillRetry = 100 * time.Millisecond
+	maxBackfillRetry = 1500 * time.Millisecond
+)
+
+// Results of a backfill, the result label of its counter.
+const (
+	BackfillStarted   = "started"
+	BackfillFilled    = "filled"
+	BackfillRetried   = "retried"
+	BackfillGaveUp    = "given_up"
+	BackfillAbandoned = "abandoned"
+)
+
 // startBackfill fills the history before to, where the log now starts,
 // unless the log is reset or ctx ends first.
 func (s *Source) startBackfill(ctx context.Context, to uint64) {
 	if s.cfg.WarmStartRevisions <= 0 {
+		s.backfill.Store(nil)
 		return
 	}
 	bf := &backfill{to: to, done: make(chan struct{})}
+	bf.from.Store(uint64(max(int64(to)-s.cfg.WarmStartRevisions, s.cfg.Store.CompactRevision(), 1)))
 	generation := s.cfg.History.Resets()
 	s.backfill.Store(bf)
+	s.cfg.Metrics.Backfill(BackfillStarted)
 	go func() {
 		defer close(bf.done)
-		var err error
-		for range backfillAttempts {
-			if err = s.fill(ctx, to, generation); !errors.Is(err, errOvertaken) {
-				break
-			}
-		}
+		err := s.fillRetrying(ctx, bf, generation)
 		switch {
 		case ctx.Err() != nil:
 			bf.abandoned.Store(true)
+			s.cfg.Metrics.Backfill(BackfillAbandoned)
 		case err != nil:
+			s.cfg.Metrics.Backfill(BackfillGaveUp)
 			klog.ErrorS(err, "Watch cache could not fill its history from etcd", "resource", s.cfg.GroupResource)
+		default:
+			s.cfg.Metrics.Backfill(BackfillFilled)
 		}
 	}()
+}
+
+// fillRetrying fills the history before bf.to, trying again after every
+// failure but those no attempt can get past.
+func (s *Source) fillRetrying(ctx context.Context, bf *backfill, generation uint64) error {
+	delay, overtaken := minBackfillRetry, 0
+	for {
+		err := s.fill(ctx, bf, generation)
+		switch {
+		case err == nil || ctx.Err() != nil || errors.Is(err, errMovedOn):
+			return err
+		case errors.Is(err, errOvertaken):
+			if overtaken++; overtaken == backfillAttempts {
+				return err
+			}
+			continue
+		case inject.On(inject.BackfillGivesUp):
+			return err
+		}
+		s.cfg.Metrics.Backfill(BackfillRetried)
+		klog.InfoS("Watch cache's backfill failed; trying again", "resource", s.cfg.GroupResource, "to", bf.to,
+			"retryIn", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.cfg.Clock.After(delay):
+		}
+		delay = min(2*delay, maxBackfillRetry)
+	}
 }
 
 // errOvertaken is a backfill's when etcd compacted past where it began.
 var errOvertaken = errors.New("etcd compacted past the start of the backfill")
 
-// fill fills the history before to once, from the oldest revision etcd
+// fill fills the history before bf.to once, from the oldest revision etcd
 // serves within WarmStartRevisions.
-func (s *Source) fill(ctx context.Context, to, generation uint64) error {
+func (s *Source) fill(ctx context.Context, bf *backfill, generation uint64) error {
+	to := bf.to
 	from, err := s.warmStartFrom(ctx, to)
 	if err != nil || from == 0 {
 		return err
 	}
-	events, err := s.replay(ctx, from, to)
+	bf.from.Store(from)
+	// held is what the events gauge has of this attempt's.
+	held := 0
+	hold := func(n int) {
+		s.cfg.Metrics.BackfillEvents.Add(float64(n - held))
+		held = n
+	}
+	defer hold(0)
+	events, err := s.replay(ctx, from, to, hold)
 	if err != nil {
 		return err
 	}
+	if err := inject.Hit(ctx, inject.BackfillPrepend); err != nil {
+		return err
+	}
 	if !s.cfg.Sink.PrependHistory(events, from, to, generation) {
-		return fmt.Errorf("the log moved on during the backfill")
+		return errMovedOn
 	}
 	klog.V(2).InfoS("Watch cache filled its history from etcd", "resource", s.cfg.GroupResource,
 		"from", from, "to", to, "events", len(events))
@@ -110,7 +197,9 @@ func (s *Source) fill(ctx context.Context, to, generation uint64) error {
 // the cache is initializing. The history may lack what the watch needs
 // though etcd still has it, and a 410 would make the client re-list; its
 // retry finds the history filled, or the cache that replaced this one
-// serving.
+// serving. A backfill the cache abandoned is never waited for again: the
+// list after it starts another, or, cold, none (Run), and a watch below a
+// cold list gets 410.
 func (s *Source) errFilling(why string) error {
 	return apierrors.NewTooManyRequests(fmt.Sprintf("the watch cache for %s is %s; retry shortly", s.cfg.GroupResource, why), 1)
 }
@@ -139,6 +228,18 @@ func (s *Source) WaitForBackfill(ctx context.Context, rv uint64) error {
 	return nil
 }
 
+// Promised is the oldest resourceVersion the cache promises to serve a
+// watch from, as far as its own history goes: where its log is complete
+// from, or, while a backfill runs, where the backfill fills from. etcd's
+// compaction bounds it too (Cacher.Floor).
+func (s *Source) Promised() uint64 {
+	since, _ := s.cfg.History.Bounds()
+	if bf := s.backfill.Load(); bf != nil && !bf.ended() {
+		return min(since, bf.from.Load())
+	}
+	return since
+}
+
 // backfillProgressRetry is how often a backfill's watch asks etcd for
 // progress until it reaches its end. etcd defers a progress request made
 // while a watch catches up on history, and answers it only with the
@@ -158,8 +259,9 @@ func (s *Source) Backfilled() <-chan struct{} {
 }
 
 // replay builds the events from from to to: the state at from, then every
-// revision after it up to to, each event with the object it replaced.
-func (s *Source) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, error) {
+// revision after it up to to, each event with the object it replaced. It
+// tells hold how many events it holds as it goes.
+func (s *Source) replay(ctx context.Context, from, to uint64, hold func(events int)) ([]*fanout.Event, error) {
 	objs, _, err := s.listAt(ctx, from, true)
 	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 		return nil, fmt.Errorf("listing at %d: %w", from, errOvertaken)
@@ -173,7 +275,14 @@ func (s *Source) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 	}
 	var events []*fanout.Event
 	now := s.cfg.Clock.Now().UnixNano()
+	// last is the newest revision replayed: etcd's client can deliver a
+	// revision again (etcd-io/etcd#20221), and one applied twice would be
+	// out of order in the log, which After, Between and At search.
+	last := from
 	apply := func(ch Change) error {
+		if ch.Rev <= last && !inject.On(inject.ReplayKeepsRepeats) {
+			return nil
+		}
 		prev := state[ch.Key]
 		if ch.Deleted && prev == nil {
 			return nil
@@ -207,16 +316,32 @@ func (s *Source) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 		if r.End != nil {
 			return *r.End, true
 		}
-		for _, ch := range r.Changes {
-			if ch.Rev > to {
-				return End{Err: errBackfilled}, true
+		if err := inject.Hit(ctx, inject.Replay); err != nil {
+			return End{Reason: EndUnavailable, Err: err}, true
+		}
+		// A revision etcd repeats comes whole, in the response it came in:
+		// last moves only past a revision once all of it is applied.
+		err := revisions(r.Changes, func(rev []Change) error {
+			if rev[0].Rev > to {
+				return errBackfilled
 			}
-			if err := apply(ch); err != nil {
-				return End{Reason: EndUnreadable, Err: err}, true
+			for _, ch := range rev {
+				if err := apply(ch); err != nil {
+					return err
+				}
 			}
+			last = max(last, rev[0].Rev)
+			return nil
+		})
+		hold(len(events))
+		switch {
+		case errors.Is(err, errBackfilled):
+			return End{Err: errBackfilled}, true
+		case err != nil:
+			return End{Reason: EndUnreadable, Err: err}, true
 		}
 		// A response holds whole revisions: to's are all in once one is.
-		if n := len(r.Changes); (n > 0 && r.Changes[n-1].Rev >= to) || r.Progress >= to {
+		if last >= to || r.Progress >= to {
 			return End{Err: errBackfilled}, true
 		}
 		return End{}, false
@@ -239,7 +364,15 @@ func (s *Source) replay(ctx context.Context, from, to uint64) ([]*fanout.Event, 
 			}
 		}
 	}()
-	end := s.f.watch(ctx, from, nil, asked, handle, func() {})
+	// The replay's watch is idle only once it holds what etcd holds: its
+	// own position, not the cache's head, which is past every revision it
+	// replays. Judged by the head, a replay that etcd stopped answering
+	// looked idle on an idle etcd, and never ended.
+	position := func() uint64 { return last }
+	if inject.On(inject.BackfillIdleByHead) {
+		position = s.f.head
+	}
+	end := s.f.watch(ctx, from, nil, asked, handle, func() {}, position)
 	switch {
 	case end.Reason == EndCompacted:
 		return nil, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, errOvertaken)

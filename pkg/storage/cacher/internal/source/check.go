@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
@@ -86,6 +87,9 @@ type keyRV struct {
 func (s *Source) compareWithEtcd(ctx context.Context) CheckResult {
 	if state, _ := s.cfg.Ready.Get(); state != Ready {
 		return CheckResult{Status: CheckError, Err: fmt.Errorf("the cache is not ready")}
+	}
+	if err := inject.Hit(ctx, inject.ConsistencyCheck); err != nil {
+		return CheckResult{Status: CheckError, Err: err}
 	}
 	snap := s.cfg.Objects.Latest()
 	cached := make([]keyRV, 0, snap.Len())

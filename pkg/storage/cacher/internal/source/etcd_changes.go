@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -12,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	storagevalue "k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/klog/v2"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 )
 
 // EtcdChangesConfig is what EtcdChanges reads and how.
@@ -57,13 +60,31 @@ const responseBuffer = 16
 
 // Watch implements Changes. The watch requires a leader, as the etcd3
 // store's: a member that loses its leader ends it.
+//
+// It returns at once. etcd's client returns a watch only once etcd has
+// answered that it created it, and a member that takes the stream and never
+// answers would hold the cache's watch there for good, with no silence
+// check, re-list or progress request handled meanwhile: the stream opens
+// the watch on its own goroutine, and the follower's silence check ends a
+// watch that etcd never created as any silent one.
 func (c *EtcdChanges) Watch(ctx context.Context, rev uint64) ChangeStream {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	s := &etcdStream{c: c, ctx: ctx, cancel: cancel, w: clientv3.NewWatcher(c.cfg.Client),
-		out: make(chan Response, responseBuffer), done: make(chan struct{})}
-	wch := s.w.Watch(ctx, c.prefix.rangePrefix, clientv3.WithPrefix(), clientv3.WithRev(int64(rev)+1),
-		clientv3.WithPrevKV(), clientv3.WithProgressNotify())
-	go s.run(wch)
+		out: make(chan Response, responseBuffer), created: make(chan struct{}), done: make(chan struct{})}
+	open := func() clientv3.WatchChan {
+		if errors.Is(inject.Hit(ctx, inject.WatchOpen), inject.ErrStall) {
+			<-ctx.Done()
+		}
+		return s.w.Watch(ctx, c.prefix.rangePrefix, clientv3.WithPrefix(), clientv3.WithRev(int64(rev)+1),
+			clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+	}
+	if inject.On(inject.WatchWaitsCreated) {
+		wch := open()
+		close(s.created)
+		go s.run(func() clientv3.WatchChan { return wch })
+		return s
+	}
+	go s.run(open)
 	return s
 }
 
@@ -74,6 +95,10 @@ type etcdStream struct {
 	cancel context.CancelFunc
 	w      clientv3.Watcher
 	out    chan Response
+	// created is closed once etcd created the watch; askedEarly is set by
+	// a progress request made before, which run makes then.
+	created    chan struct{}
+	askedEarly atomic.Bool
 	// done is closed when run has returned.
 	done      chan struct{}
 	closeOnce sync.Once
@@ -82,6 +107,23 @@ type etcdStream struct {
 func (s *etcdStream) Responses() <-chan Response { return s.out }
 
 func (s *etcdStream) RequestProgress(ctx context.Context) error {
+	select {
+	case <-s.created:
+	default:
+		// A request on the watch's stream before the watch exists would
+		// open the stream under the request's context, which ends with
+		// it: run makes it once the watch exists, unless the watch came
+		// meanwhile and this call takes it back.
+		s.askedEarly.Store(true)
+		select {
+		case <-s.created:
+		default:
+			return nil
+		}
+		if !s.askedEarly.CompareAndSwap(true, false) {
+			return nil // run made it
+		}
+	}
 	// The watch's context names its stream; ctx bounds the wait.
 	rctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
@@ -98,10 +140,22 @@ func (s *etcdStream) Close() {
 	})
 }
 
-// run turns etcd's responses into the stream's until the watch ends.
-func (s *etcdStream) run(wch clientv3.WatchChan) {
+// run opens the watch, then turns etcd's responses into the stream's
+// until the watch ends.
+func (s *etcdStream) run(open func() clientv3.WatchChan) {
 	defer close(s.done)
 	defer close(s.out)
+	wch := open()
+	select {
+	case <-s.created:
+	default:
+		close(s.created)
+	}
+	if s.askedEarly.CompareAndSwap(true, false) && s.ctx.Err() == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = s.RequestProgress(ctx)
+		cancel()
+	}
 	for wres := range wch {
 		var r Response
 		switch {

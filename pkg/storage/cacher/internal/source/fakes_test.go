@@ -45,6 +45,8 @@ type fakeEtcd struct {
 	streams int
 	// progress holds the watch of each progress request, in order.
 	progress []int
+	// failLists is how many lists, from now, fail as etcd not answering.
+	failLists int
 }
 
 type openedWatch struct {
@@ -68,6 +70,10 @@ func (e *fakeEtcd) set(rev uint64, pods ...*example.Pod) {
 func (e *fakeEtcd) GetList(_ context.Context, _ string, opts storage.ListOptions, listObj runtime.Object) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.failLists > 0 {
+		e.failLists--
+		return fmt.Errorf("etcd did not answer: %w", context.DeadlineExceeded)
+	}
 	list := listObj.(*example.PodList)
 	pods, rev := e.pods, e.rev
 	if opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
@@ -174,8 +180,10 @@ func (s *fakeStream) stop() { s.end(End{Reason: EndClosed, Err: fmt.Errorf("clos
 // was told.
 type fakeCache struct {
 	// mu guards every field.
-	mu     sync.Mutex
-	objs   map[string]*object.Object
+	mu   sync.Mutex
+	objs map[string]*object.Object
+	// since is where the history starts: the last list's revision.
+	since  uint64
 	head   uint64
 	resets int
 	events []*fanout.Event
@@ -197,7 +205,7 @@ func (c *fakeCache) Reset(objs []*object.Object, rv uint64) {
 	for _, o := range objs {
 		c.objs[o.Key] = o
 	}
-	c.head = rv
+	c.since, c.head = rv, rv
 	c.resets++
 }
 
@@ -256,7 +264,7 @@ func (c *fakeCache) Latest() store.Snapshot {
 func (c *fakeCache) Bounds() (since, head uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return 0, c.head
+	return c.since, c.head
 }
 
 func (c *fakeCache) Resets() uint64 { return 0 }
@@ -325,6 +333,8 @@ func (c *counts) metrics() Metrics {
 		Relisted:        func(r string) { c.add("relisted/" + r) },
 		Checked:         func(r string) { c.add("checked/" + r) },
 		ResourceVersion: func(uint64) {},
+		Backfill:        func(r string) { c.add("backfill/" + r) },
+		BackfillEvents:  counter{c, "backfill_events"},
 	}
 }
 
@@ -354,6 +364,11 @@ type harness struct {
 }
 
 func newHarness(etcd *fakeEtcd, keys KeyReader) *harness {
+	return newHarnessWith(etcd, keys, nil)
+}
+
+// newHarnessWith is newHarness with cfg's changes to the source's Config.
+func newHarnessWith(etcd *fakeEtcd, keys KeyReader, cfg func(*Config)) *harness {
 	h := &harness{etcd: etcd, cache: newFakeCache(), ready: NewReadiness(nil), n: &counts{n: map[string]int{}},
 		clk: testingclock.NewFakeClock(time.Now())}
 	h.src = New(Config{Store: etcd, Changes: etcd, ResourcePrefix: "/pods/", GroupResource: schema.GroupResource{Resource: "pods"},
@@ -361,6 +376,11 @@ func newHarness(etcd *fakeEtcd, keys KeyReader) *harness {
 		Build: objecttest.Pods, Keys: keys, ListPageSize: ListPageSize, ListPageBytes: ListPageBytes,
 		FreshnessTimeout: time.Second, ProgressRequestInterval: time.Hour, Clock: h.clk,
 		Sink: h.cache, Objects: h.cache, History: h.cache, Ready: h.ready, Metrics: h.n.metrics()})
+	if cfg != nil {
+		c := h.src.cfg
+		cfg(&c)
+		h.src = New(c)
+	}
 	return h
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 )
 
 // Delays between attempts to re-open the etcd watch. While the member has
@@ -64,9 +66,9 @@ func (f *follower) follow(ctx context.Context, rv uint64, relist <-chan string, 
 		end := f.watch(ctx, rv, relist, f.asked, handle, func() {
 			if !progressed {
 				progressed = true
-				f.outage.restored()
+				f.outage.restored(ctx)
 			}
-		})
+		}, f.head)
 		if ctx.Err() != nil {
 			return end
 		}
@@ -133,8 +135,9 @@ func rewatchBackoff() *wait.Backoff {
 // the watch or handle ends it, or a re-list is requested on relist. It asks
 // etcd for progress on its own stream when told on asked. alive is called
 // on every response, and whenever etcd confirms it holds nothing newer
-// than the cache.
-func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, asked <-chan struct{}, handle Handler, alive func()) End {
+// than position, the newest revision the watch's reader holds.
+func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, asked <-chan struct{}, handle Handler, alive func(),
+	position func() uint64) End {
 	stream := f.cfg.Changes.Watch(ctx, rv)
 	defer stream.Close()
 	// A progress notification proves the new watch is live, so that
@@ -147,6 +150,8 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 	ticks := f.cfg.Clock.NewTicker(check.period())
 	defer ticks.Stop()
 	heard, first := false, true
+	// stalled, set by a failpoint, drops every response from then on.
+	stalled := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -154,7 +159,10 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 		case reason := <-relist:
 			return End{Reason: reason, Relist: true, Err: errRelistRequested}
 		case now := <-ticks.C():
-			if first && !heard && f.idle() {
+			if err := inject.Hit(ctx, inject.SilenceCheck); err != nil {
+				return End{Reason: EndSilent, Err: err}
+			}
+			if first && !heard && f.idle(position) {
 				// An idle etcd leaves the request above unanswered (see
 				// idle): the outage ends when etcd confirms there is
 				// nothing to hear, not an interval later.
@@ -166,7 +174,7 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 			if ask {
 				f.requestProgress(stream)
 			}
-			if silent && f.idle() {
+			if silent && f.idle(position) {
 				check.idle(now)
 				alive()
 				continue
@@ -180,11 +188,27 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 			if !ok {
 				return End{Reason: EndClosed, Err: fmt.Errorf("the etcd watch of %s closed", f.cfg.GroupResource)}
 			}
+			if stalled {
+				continue
+			}
 			heard = true
 			if r.End == nil {
 				// Heard before it is applied: the outage is over
 				// before a watcher can see what the new watch brought.
 				alive()
+			}
+			switch err := inject.Hit(ctx, inject.WatchResponse); {
+			case errors.Is(err, inject.ErrStall):
+				stalled, heard = true, false
+				continue
+			case errors.Is(err, inject.ErrRepeat) && r.End == nil:
+				if end, stop := handle(r); stop {
+					return end
+				}
+			case errors.Is(err, inject.ErrEndWatch):
+				return End{Reason: EndClosed, Err: err}
+			case err != nil:
+				return End{Reason: EndUnavailable, Err: err}
 			}
 			if end, stop := handle(r); stop {
 				return end
@@ -193,8 +217,10 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 	}
 }
 
-// idle reports whether etcd holds nothing newer than the cache's head, so
-// that a watch that did not answer a progress request had nothing to say.
+// idle reports whether etcd holds nothing newer than position, the newest
+// revision the watch's reader holds (the cache's head, for the watch that
+// follows etcd), so that a watch that did not answer a progress request
+// had nothing to say.
 // etcd answers a progress request only once its revision has reached the
 // start of every watch on the stream (progressIfSync in its watchable
 // store). A watch opened at the head of an idle etcd starts one past its
@@ -203,7 +229,7 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 // its connections to etcd each time. A silent member still fails this: it
 // does not answer, or another member has the write the watch did not
 // deliver.
-func (f *follower) idle() bool {
+func (f *follower) idle(position func() uint64) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	rev, err := f.cfg.Store.GetCurrentResourceVersion(ctx)
@@ -211,7 +237,7 @@ func (f *follower) idle() bool {
 		klog.V(4).InfoS("Reading etcd's revision for a quiet watch failed", "resource", f.cfg.GroupResource, "err", err)
 		return false
 	}
-	return rev <= f.head()
+	return rev <= position()
 }
 
 // silent ends a watch that heard nothing for quiet. A watch re-opened on
@@ -266,11 +292,12 @@ func (o *outage) lost(end End) {
 }
 
 // restored ends an outage, if one is under way.
-func (o *outage) restored() {
+func (o *outage) restored(ctx context.Context) {
 	if o.since.IsZero() {
 		return
 	}
 	f := o.f
+	_ = inject.Hit(ctx, inject.OutageEnd)
 	gap := f.cfg.Clock.Since(o.since)
 	o.since = time.Time{}
 	f.cfg.Metrics.Gap.Observe(gap.Seconds())

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
@@ -123,7 +124,13 @@ func (s *Source) listPages(ctx context.Context, opts storage.ListOptions, rev ui
 // its objects, its revision and its continue token; with share, as listAt.
 func (s *Source) listPage(ctx context.Context, opts storage.ListOptions, share bool) ([]*object.Object, uint64, string, error) {
 	list := s.cfg.NewListFunc()
+	if err := inject.Hit(ctx, inject.ListPageBefore); err != nil {
+		return nil, 0, "", fmt.Errorf("listing %s: %w", s.cfg.GroupResource, err)
+	}
 	if err := s.cfg.Store.GetList(ctx, s.cfg.ResourcePrefix, opts, list); err != nil {
+		return nil, 0, "", fmt.Errorf("listing %s: %w", s.cfg.GroupResource, err)
+	}
+	if err := inject.Hit(ctx, inject.ListPageAfter); err != nil {
 		return nil, 0, "", fmt.Errorf("listing %s: %w", s.cfg.GroupResource, err)
 	}
 	var objs []*object.Object

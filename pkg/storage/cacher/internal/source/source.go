@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
@@ -121,6 +122,11 @@ type Metrics struct {
 	Restarted, Relisted, Checked func(string)
 	// ResourceVersion records each event's resourceVersion.
 	ResourceVersion func(uint64)
+	// Backfill counts warm starts' backfills by result (Backfill*), and
+	// BackfillEvents is the events running backfills hold, not yet in the
+	// log: each adds what it holds, and takes it away as it ends.
+	Backfill       func(string)
+	BackfillEvents interface{ Add(float64) }
 }
 
 // Source fills a cache from etcd: it lists, then follows etcd's changes,
@@ -174,6 +180,7 @@ func (s *Source) Run(ctx context.Context) {
 		var end End
 		if err != nil {
 			m.ListFailed.Inc()
+			klog.InfoS("Watch cache could not list etcd; trying again", "resource", gr, "retryIn", delay, "err", err)
 		} else {
 			m.Listed.Inc()
 			m.ListDuration.Observe(s.cfg.Clock.Since(start).Seconds())
@@ -181,12 +188,21 @@ func (s *Source) Run(ctx context.Context) {
 			listCtx, cancel := context.WithCancel(ctx)
 			// The backfill is known before the cache is ready: a watch
 			// resuming from before the list as soon as it is ready waits
-			// for the history it fills, not a 410.
+			// for the history it fills, not a 410. After a cold list there
+			// is none to wait for, and a backfill an earlier list started
+			// and this one abandoned is not waited for: a watch from before
+			// the list gets 410 at once, where it got 429 until the next
+			// warm start.
 			if warm {
 				s.startBackfill(listCtx, rv)
+			} else if !inject.On(inject.BackfillKept) {
+				s.backfill.Store(nil)
 			}
 			s.cfg.Ready.Set(Ready)
 			s.lastEvent = rv
+			if err := inject.Hit(listCtx, inject.ListToWatch); err != nil {
+				klog.InfoS("Failpoint before the watch", "resource", gr, "err", err)
+			}
 			end = s.f.follow(listCtx, rv, s.relist, s.handle)
 			cancel()
 		}
@@ -198,16 +214,23 @@ func (s *Source) Run(ctx context.Context) {
 			m.Relisted(end.Reason)
 			s.cfg.Sink.EndAll(fmt.Sprintf("the watch cache for %s must list again (%v)", gr, end))
 			klog.InfoS("Watch cache is re-listing", "resource", gr, "reason", end.Reason, "err", end.Err)
+			// After a compaction the history since it is sound; after an
+			// unreadable event or a failed check it may hold the cause. A
+			// failed list decides nothing: the list after it is as warm as
+			// the one that failed was to be, where it was cold (issue 65).
+			warm = end.Reason == EndCompacted
+		} else if inject.On(inject.FailedListCold) {
+			warm = false
 		}
-		// After a compaction the history since it is sound; after an
-		// unreadable event or a failed check it may hold the cause.
-		warm = err == nil && end.Reason == EndCompacted
 		select {
 		case <-ctx.Done():
 			return
 		case <-s.cfg.Clock.After(delay):
 		}
 		delay = min(2*delay, maxRetryDelay)
+		if err := inject.Hit(ctx, inject.Relist); err != nil {
+			klog.InfoS("Failpoint before the list", "resource", gr, "err", err)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,4 +190,55 @@ func TestEtcdChanges(t *testing.T) {
 	if r := next(t, old); r.End == nil || r.End.Reason != EndCompacted || !r.End.Relist {
 		t.Fatalf("a watch from before the compaction: %+v, want the end, compacted, with a re-list", r)
 	}
+}
+
+// TestEtcdChangesWatchReturnsAtOnce checks that opening a watch returns at
+// once on a member that takes the stream and never answers, and that the
+// watch ends when closed: etcd's client returns a watch only once etcd
+// answered that it created it, and the cache, waiting there, checked no
+// silence, and handled no re-list or progress request (issue 65).
+func TestEtcdChangesWatchReturnsAtOnce(t *testing.T) {
+	e, url, err := embedetcd.Start(embedetcd.Config{Dir: t.TempDir(), Throwaway: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	proxy, err := testkit.NewProxy(strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := cli.Get(ctx, "/registry/pods/"); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Blackhole()
+	changes := NewEtcdChanges(EtcdChangesConfig{Client: cli, StoragePrefix: "/registry", ResourcePrefix: "/pods",
+		Decode: func([]byte, uint64) (runtime.Object, error) { return &example.Pod{}, nil }})
+	opened := make(chan ChangeStream, 1)
+	go func() { opened <- changes.Watch(ctx, 1) }()
+	var s ChangeStream
+	select {
+	case s = <-opened:
+	case <-time.After(2 * time.Second):
+		cancel() // unblocks it, for the test to end
+		t.Fatal("opening a watch on a member that does not answer did not return in 2s")
+	}
+	if err := s.RequestProgress(ctx); err != nil {
+		t.Errorf("a progress request before the watch exists: %v, want it held for the watch", err)
+	}
+	select {
+	case r := <-s.Responses():
+		t.Fatalf("a response from a member that does not answer: %+v", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	testkit.Recv(t, closed, "the watch's end after Close")
 }

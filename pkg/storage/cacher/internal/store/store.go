@@ -167,12 +167,35 @@ func (s *Store[E]) latestLocked() Snapshot {
 // At returns the state at exactly rv, if the store can tell it: the
 // nearest snapshot at or after rv with the events after rv undone, newest
 // first. between returns the events in (rv, upTo], and false when the
-// history no longer holds them all.
+// history no longer holds them all. The caller must know that between
+// holds every event the store has applied: see Base.
 func (s *Store[E]) At(rv uint64, between func(rv, upTo uint64) ([]E, bool)) (Snapshot, bool) {
-	s.mu.Lock()
-	if rv > s.rv {
-		s.mu.Unlock()
+	b, ok := s.Base(rv)
+	if !ok {
 		return Snapshot{}, false
+	}
+	return s.Rebuild(b, between)
+}
+
+// Base is what a state at an older resourceVersion is rebuilt from: the
+// nearest snapshot at or after it, and the reader's own clone of it.
+type Base[E Event] struct {
+	rv   uint64
+	snap Snapshot
+	tree *btree.BTree[*object.Object]
+}
+
+// Base returns the base of the state at exactly rv, or false if rv is
+// past the state. It is O(1). A reader that rebuilds from it must take it
+// where the history holds every event the store has applied (the
+// dispatcher's lock): a base taken between the store's apply of a
+// revision and the history's append of it holds a revision the history
+// cannot undo.
+func (s *Store[E]) Base(rv uint64) (Base[E], bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rv > s.rv {
+		return Base[E]{}, false
 	}
 	i := sort.Search(len(s.snapshots), func(i int) bool { return s.snapshots[i].RV >= rv })
 	var base Snapshot
@@ -183,16 +206,21 @@ func (s *Store[E]) At(rv uint64, between func(rv, upTo uint64) ([]E, bool)) (Sna
 	}
 	// Clone writes to the tree it clones (its copy-on-write marker), so
 	// two readers must not clone one snapshot at once.
-	tree := base.tree.Clone()
-	s.mu.Unlock()
+	return Base[E]{rv: rv, snap: base, tree: base.tree.Clone()}, true
+}
+
+// Rebuild returns the state at b's resourceVersion: b's snapshot with the
+// events after it undone, newest first, as between returns them.
+func (s *Store[E]) Rebuild(b Base[E], between func(rv, upTo uint64) ([]E, bool)) (Snapshot, bool) {
 	// Events are immutable, and the clone is this reader's own.
-	events, ok := between(rv, base.RV)
+	events, ok := between(b.rv, b.snap.RV)
 	if !ok {
 		return Snapshot{}, false
 	}
 	if len(events) == 0 {
-		return Snapshot{RV: rv, tree: base.tree}, true
+		return Snapshot{RV: b.rv, tree: b.snap.tree}, true
 	}
+	tree := b.tree
 	for i := len(events) - 1; i >= 0; i-- {
 		switch typ, cur, prev := events[i].Change(); typ {
 		case watch.Added:
@@ -201,7 +229,7 @@ func (s *Store[E]) At(rv uint64, between func(rv, upTo uint64) ([]E, bool)) (Sna
 			tree.ReplaceOrInsert(prev)
 		}
 	}
-	return Snapshot{RV: rv, tree: tree}, true
+	return Snapshot{RV: b.rv, tree: tree}, true
 }
 
 // ByIndex returns the current objects whose index name has value, ordered

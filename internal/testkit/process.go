@@ -132,6 +132,44 @@ func (p *Process) Kill() {
 	<-p.exited
 }
 
+// Pause stops the current run with SIGSTOP, as a machine that stalls
+// does: its sockets stay open and the kernel accepts connections for it,
+// but nothing answers until Resume. A test that pauses a process resumes
+// it in a cleanup, so that no client of it hangs past the test; Kill ends a
+// paused process too.
+func (p *Process) Pause() error { return p.signal(syscall.SIGSTOP) }
+
+// Resume continues the current run after Pause with SIGCONT. It does
+// nothing to a running process, and returns nil for one that has exited.
+func (p *Process) Resume() error { return p.signal(syscall.SIGCONT) }
+
+// Paused reports whether the current run is stopped by a signal, as read
+// from its /proc stat.
+func (p *Process) Paused() bool {
+	if !p.Running() {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	if err != nil {
+		return false
+	}
+	// The state is the first field after the command's name, which is in
+	// parentheses and may hold spaces.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	return len(fields) > 0 && fields[0] == "T"
+}
+
+// signal sends sig to the current run, unless it has exited.
+func (p *Process) signal(sig syscall.Signal) error {
+	if !p.Running() {
+		return nil
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("%s: %v: %w", p.cfg.Name, sig, err)
+	}
+	return nil
+}
+
 // Terminate sends SIGTERM and waits up to grace for the exit, then kills.
 func (p *Process) Terminate(grace time.Duration) error {
 	if !p.Running() {

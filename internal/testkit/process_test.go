@@ -95,3 +95,49 @@ func TestModuleRoot(t *testing.T) {
 		t.Errorf("moduleRoot() = %s, which has no cmd/cached-apiserver: %v", root, err)
 	}
 }
+
+func TestPauseResume(t *testing.T) {
+	p := StartProcess(t, ProcessConfig{Bin: "/bin/sh", Args: []string{"-c", "exec sleep 60"}})
+	t.Cleanup(func() { _ = p.Resume() })
+	waitState := func(paused bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for p.Paused() != paused {
+			if time.Now().After(deadline) {
+				t.Fatalf("Paused() = %v for 10s, want %v", !paused, paused)
+			}
+			time.Sleep(10 * time.Millisecond) // polling the kernel's view of the process
+		}
+	}
+	if p.Paused() {
+		t.Fatal("paused right after start")
+	}
+	if err := p.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(true)
+	if !p.Running() {
+		t.Fatal("a paused process is not running")
+	}
+	if err := p.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(false)
+
+	// A paused process is still killed, and pausing or resuming one that
+	// has exited does nothing.
+	if err := p.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	waitState(true)
+	p.Kill()
+	if p.Running() {
+		t.Fatal("running after Kill of a paused process")
+	}
+	if err := p.Pause(); err != nil {
+		t.Errorf("Pause after exit: %v", err)
+	}
+	if err := p.Resume(); err != nil {
+		t.Errorf("Resume after exit: %v", err)
+	}
+}

@@ -51,7 +51,8 @@ type apiServer struct {
 // startServer runs bin over etcdServers and waits until it is ready. env
 // goes to the process, as the fault-injection build's fault. With pki, the
 // server uses a copy of that directory's certificates instead of its own.
-func startServer(tb testing.TB, impl, bin, dir string, etcdServers []string, env []string, pki string) *apiServer {
+// extra are flags after the harness's own, which they override.
+func startServer(tb testing.TB, impl, bin, dir string, etcdServers []string, env []string, pki string, extra ...string) *apiServer {
 	tb.Helper()
 	if pki != "" {
 		if err := os.CopyFS(filepath.Join(dir, "pki"), os.DirFS(pki)); err != nil {
@@ -67,6 +68,7 @@ func startServer(tb testing.TB, impl, bin, dir string, etcdServers []string, env
 		// The harness's own clients must not meet the in-flight limits.
 		"--max-requests-inflight", "0", "--max-mutating-requests-inflight", "0",
 	}
+	args = append(args, extra...)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}

@@ -60,8 +60,12 @@ test-race:
 	ROBUSTNESS_SEEDS=1 $(GO) test $(TEST_FLAGS) -race ./pkg/storage/cacher/...
 
 # The faultinject build puts each bug back; the robustness runs must catch it.
+# Two runs with failpoints armed at random inside the cache's transitions
+# (make robustness runs ROBUSTNESS_FAILPOINT_SEEDS, 200); the failpoints' own tests.
 test-inject:
-	$(GO) test $(TEST_FLAGS) -tags faultinject -run '^TestRobustnessCatchesInjectedBugs$$' ./pkg/storage/cacher/
+	$(GO) test $(TEST_FLAGS) -tags faultinject ./internal/inject/
+	ROBUSTNESS_FAILPOINT_SEEDS=2 $(GO) test $(TEST_FLAGS) -tags faultinject \
+	  -run '^(TestRobustnessCatchesInjectedBugs|TestRobustnessFailpoints)$$' ./pkg/storage/cacher/
 
 # The control-plane tests run bin/kube-apiserver, and the image test the
 # image under runc: build and install them first, outside the tests'
@@ -100,16 +104,21 @@ chaos:
 
 ## robustness: every watch guarantee over randomized traffic, ROBUSTNESS_SEEDS (20) seeds of each
 ## profile: the cache-level runs (ours and upstream's Cacher over one etcd: transactions and leases
-## beside the etcd3 store, an idle resource, compactions, restarts), then the HTTP scenarios that
-## carry the same shapes, against both servers. Each run prints its seed; the tables go to
-## bin/robustness-cache.txt and bin/robustness.md.
+## beside the etcd3 store, an idle resource, compactions, restarts), then ROBUSTNESS_FAILPOINT_SEEDS
+## (200) runs with the cache's failpoints armed at random inside its transitions (the faultinject
+## build; safety and liveness), then the HTTP scenarios that carry the same shapes, against both
+## servers. Each run prints its seed; the tables go to bin/robustness-cache.txt,
+## bin/robustness-failpoints.txt and bin/robustness.md.
 ROBUSTNESS_SEEDS ?= 20
+ROBUSTNESS_FAILPOINT_SEEDS ?= 200
 ROBUSTNESS_SCENARIOS ?= baseline|server_restart_over_a_compacted_etcd|replica_restart,_writes_through_another|leader_loss
 robustness:
 	mkdir -p $(BIN)
 	rm -f $(BIN)/robustness.md
 	set -o pipefail; ROBUSTNESS_SEEDS=$(ROBUSTNESS_SEEDS) $(GO) test -count=1 -timeout 180m -v -run '^TestRobustness$$' \
 	  ./pkg/storage/cacher/ | tee $(BIN)/robustness-cache.txt | grep -E '^(---|ok|FAIL)|\|'
+	set -o pipefail; ROBUSTNESS_FAILPOINT_SEEDS=$(ROBUSTNESS_FAILPOINT_SEEDS) $(GO) test -tags faultinject -count=1 -timeout 240m -v \
+	  -run '^TestRobustnessFailpoints$$' ./pkg/storage/cacher/ | tee $(BIN)/robustness-failpoints.txt | grep -E '^(---|ok|FAIL)|\|'
 	$(GO) test -count=$(ROBUSTNESS_SEEDS) -timeout 240m -v -run 'TestFaults/($(ROBUSTNESS_SCENARIOS))/' ./test/faults/ \
 	  -args -chaos -report $(CURDIR)/$(BIN)/robustness.md
 
@@ -245,7 +254,7 @@ verify:
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^pkg/generated/')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags faultinject ./pkg/storage/cacher/
+	$(GO) vet -tags faultinject ./pkg/storage/cacher/ ./internal/inject/ ./test/faults/
 	cd examples/sample-apiserver && $(GO) vet ./...
 	cd hack/promql && $(GO) vet ./...
 	cd hack/image && $(GO) vet ./...

@@ -4,6 +4,10 @@ package inject
 
 import "context"
 
+// Enabled is whether this build has failpoints: guard a failpoint's
+// handling with it, so that none of it is compiled in.
+const Enabled = false
+
 // On reports whether fault f is injected: never, in this build.
 func On(Fault) bool { return false }
 

@@ -21,7 +21,7 @@ var current atomic.Pointer[Fault]
 // FailpointsEnv arms failpoints in a faultinject build, as
 // "point=kind[(sleep)][@prob][*count]" separated by commas, e.g.
 // "replay=sleep(20s)*1,list-page-before=error@0.5".
-const FailpointsEnv = "CACHED_APISERVER_FAILPOINTS"
+const FailpointsEnv = FailpointsEnvName
 
 func init() {
 	f := Fault(os.Getenv(Env))
@@ -36,6 +36,9 @@ func init() {
 		}
 	}
 }
+
+// Enabled is whether this build has failpoints.
+const Enabled = true
 
 // On reports whether fault f is injected.
 func On(f Fault) bool { return *current.Load() == f }

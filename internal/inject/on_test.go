@@ -16,7 +16,7 @@ func TestParseFailpoints(t *testing.T) {
 		wantErr bool
 	}{
 		{spec: "replay=sleep(20s)*1", want: map[Point]Action{Replay: {Kind: Sleep, Sleep: 20 * time.Second, Count: 1}}},
-		{spec: "list-page-before=error@0.5, watch-response=repeat", want: map[Point]Action{
+		{spec: "list-page-before=error@0.5, follower-response=repeat", want: map[Point]Action{
 			ListPageBefore: {Kind: Fail, Prob: 0.5}, WatchResponse: {Kind: Repeat}}},
 		{spec: "silence-check=end-watch@0.25*3", want: map[Point]Action{SilenceCheck: {Kind: EndWatch, Prob: 0.25, Count: 3}}},
 		{spec: "nowhere=error", wantErr: true},

@@ -1,9 +1,6 @@
 package inject
 
-import (
-	"errors"
-	"time"
-)
+import "time"
 
 // Point names a failpoint: a step of one of the cache's transitions where a
 // faultinject build can sleep, fail, or end the etcd watch, so that the
@@ -24,7 +21,7 @@ const (
 	// Relist is before a re-list, once the cache knows it must list again.
 	Relist Point = "relist"
 	// Replay is inside the backfill's replay of etcd's history, at each
-	// response.
+	// response of its etcd watch, as WatchResponse is for the follower's.
 	Replay Point = "replay"
 	// BackfillPrepend is before the log accepts the backfill's events.
 	BackfillPrepend Point = "backfill-prepend"
@@ -33,14 +30,14 @@ const (
 	// (MaxSleep), since every reader waits on that lock.
 	ApplyAppend Point = "apply-append"
 	// ConsistencyCheck is before the consistency check reads etcd.
-	ConsistencyCheck Point = "consistency-check"
+	ConsistencyCheck Point = "consistency-compare"
 	// SilenceCheck is at each tick of the silence check of an etcd watch.
 	SilenceCheck Point = "silence-check"
-	// WatchResponse is at each response of an etcd watch, the follower's
-	// and the replay's: ErrRepeat delivers the response twice, as etcd's
+	// WatchResponse is at each response of the etcd watch that follows
+	// etcd: ErrRepeat delivers the response twice, as etcd's
 	// client can after resuming on a lagging member (etcd-io/etcd#20221);
 	// ErrStall drops it and every one after it.
-	WatchResponse Point = "watch-response"
+	WatchResponse Point = "follower-response"
 	// OutageEnd is when an outage ends: a new etcd watch delivered its
 	// first response.
 	OutageEnd Point = "outage-end"
@@ -50,23 +47,33 @@ const (
 	WatchOpen Point = "watch-open"
 )
 
+// FailpointsEnvName is the environment variable that arms failpoints in
+// a faultinject build (FailpointsEnv there).
+const FailpointsEnvName = "CACHED_APISERVER_FAILPOINTS"
+
 // Points are every failpoint.
 var Points = []Point{ListPageBefore, ListPageAfter, ListToWatch, Relist, Replay, BackfillPrepend, ApplyAppend,
 	ConsistencyCheck, SilenceCheck, WatchResponse, OutageEnd, WatchOpen}
 
+// Error is what a failpoint returns when it fires, besides sleeping. Its
+// values are constants, so that a build without failpoints holds none.
+type Error string
+
+func (e Error) Error() string { return string(e) }
+
 // What a failpoint does when it fires, besides sleeping.
-var (
+const (
 	// ErrFailpoint is the error a failpoint returns: the step failed, as
 	// when etcd does not answer.
-	ErrFailpoint = errors.New("failpoint: injected failure")
+	ErrFailpoint Error = "failpoint: injected failure"
 	// ErrEndWatch ends the etcd watch the step belongs to, as when etcd
 	// closes the stream.
-	ErrEndWatch = errors.New("failpoint: the etcd watch ended")
+	ErrEndWatch Error = "failpoint: the etcd watch ended"
 	// ErrRepeat has the step deliver what it delivers twice.
-	ErrRepeat = errors.New("failpoint: delivered again")
+	ErrRepeat Error = "failpoint: delivered again"
 	// ErrStall has the etcd watch deliver nothing more, from this
 	// response on, or never open: its member went silent.
-	ErrStall = errors.New("failpoint: the etcd watch stalled")
+	ErrStall Error = "failpoint: the etcd watch stalled"
 )
 
 // Kind is what an armed failpoint does.

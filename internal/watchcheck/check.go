@@ -56,6 +56,12 @@ type Violations struct {
 	// acknowledged before they began, and Readiness readiness reported
 	// before the server served.
 	Lists, Consistent, Readiness int
+	// Liveness counts what the server did not do in time once its faults
+	// were over: a watch from a resourceVersion it handed out neither
+	// served nor answered 410 below its floor, a 429 for longer than its
+	// freshness timeout and 5 s, a list that did not answer, readiness not
+	// back, or a floor above the one the same run reaches without faults.
+	Liveness int
 	// Split counts streams that ended inside a revision: not a violation.
 	Split   int
 	Details []string
@@ -83,6 +89,7 @@ func (v *Violations) Add(o Violations) {
 	v.Lists += o.Lists
 	v.Consistent += o.Consistent
 	v.Readiness += o.Readiness
+	v.Liveness += o.Liveness
 	v.Split += o.Split
 	for _, d := range o.Details {
 		if len(v.Details) < maxDetails {
@@ -93,12 +100,13 @@ func (v *Violations) Add(o Violations) {
 
 // Total is the number of violations, splits aside.
 func (v Violations) Total() int {
-	return v.Ordered + v.Unique + v.Atomic + v.Bookmarkable + v.Reliable + v.Resumable + v.Lists + v.Consistent + v.Readiness
+	return v.Ordered + v.Unique + v.Atomic + v.Bookmarkable + v.Reliable + v.Resumable + v.Lists + v.Consistent + v.Readiness +
+		v.Liveness
 }
 
 func (v Violations) String() string {
-	return fmt.Sprintf("ordered %d, unique %d, atomic %d, bookmarkable %d, reliable %d, resumable %d, lists %d, consistent %d, readiness %d (split at an end: %d)",
-		v.Ordered, v.Unique, v.Atomic, v.Bookmarkable, v.Reliable, v.Resumable, v.Lists, v.Consistent, v.Readiness, v.Split)
+	return fmt.Sprintf("ordered %d, unique %d, atomic %d, bookmarkable %d, reliable %d, resumable %d, lists %d, consistent %d, readiness %d, liveness %d (split at an end: %d)",
+		v.Ordered, v.Unique, v.Atomic, v.Bookmarkable, v.Reliable, v.Resumable, v.Lists, v.Consistent, v.Readiness, v.Liveness, v.Split)
 }
 
 // Expected returns, in etcd's order, the events a watcher selecting what

@@ -126,12 +126,28 @@ func TestRobustness(t *testing.T) {
 	t.Log("\n" + rbTable(results))
 }
 
+// rbOptions change a run.
+type rbOptions struct {
+	// config changes ours' Config.
+	config func(*Config)
+	// faults, if set, runs beside the traffic, from its start until ctx
+	// ends; disarm ends the faults when the traffic does, before the
+	// liveness probe.
+	faults func(ctx context.Context)
+	disarm func()
+}
+
 // runRobustness runs one profile from seed against every implementation
 // and checks what each handed out.
 func runRobustness(t *testing.T, p rbProfileSpec, seed uint64) []rbResult {
+	return runRobustnessWith(t, p, seed, rbOptions{})
+}
+
+// runRobustnessWith is runRobustness with opts.
+func runRobustnessWith(t *testing.T, p rbProfileSpec, seed uint64, opts rbOptions) []rbResult {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	env := newRBEnv(t, nil)
+	env := newRBEnv(t, opts.config)
 	env.followTruth(ctx, t)
 	env.waitReady(t)
 	w := newRBWriter(env, seed, p)
@@ -188,6 +204,13 @@ func runRobustness(t *testing.T, p rbProfileSpec, seed uint64) []rbResult {
 					if len(c.handed) == 0 {
 						return 0
 					}
+					// One in the middle, or the newest: a state older
+					// than every snapshot, or newer, which the cache
+					// rebuilds from its current state (a continue after
+					// a progress notification).
+					if pick.IntN(2) == 0 {
+						return c.handed[len(c.handed)-1]
+					}
 					return c.handed[len(c.handed)/2]
 				}}
 			listers[impl] = append(listers[impl], l)
@@ -200,9 +223,21 @@ func runRobustness(t *testing.T, p rbProfileSpec, seed uint64) []rbResult {
 		}
 	}
 
+	faultsCtx, stopFaults := context.WithCancel(ctx)
+	var faults sync.WaitGroup
+	if opts.faults != nil {
+		faults.Add(1)
+		go func() { defer faults.Done(); opts.faults(faultsCtx) }()
+	}
 	if err := w.run(ctx, rbFor); err != nil {
 		t.Fatalf("traffic (seed %d): %v", seed, err)
 	}
+	stopFaults()
+	faults.Wait()
+	if opts.disarm != nil {
+		opts.disarm()
+	}
+	healthy := time.Now()
 	// What the traffic left on leases expires; then a last object every
 	// client selects, which clients that went back read on to.
 	settled.Store(true)
@@ -249,10 +284,19 @@ func runRobustness(t *testing.T, p rbProfileSpec, seed uint64) []rbResult {
 	stopClients()
 	wg.Wait()
 	t.Logf("seed %d, traffic: %s", seed, w.steps())
+	live := map[string]watchcheck.Violations{}
+	for _, r := range env.resources {
+		for _, impl := range rbImpls {
+			v := live[impl]
+			v.Add(probeLiveness(ctx, r, r.caches[impl], handedTo(clients[impl], r), w, healthy))
+			live[impl] = v
+		}
+	}
 
 	var out []rbResult
 	for _, impl := range rbImpls {
 		r := rbResult{profile: p.name, seed: seed, impl: impl}
+		r.Add(live[impl])
 		for _, name := range undelivered[impl] {
 			r.Note(&r.Reliable, "%s never received the last object", name)
 		}
@@ -342,12 +386,12 @@ func rbTable(results []rbResult) string {
 	}
 	sort.SliceStable(keys, func(i, j int) bool { return keys[i].profile < keys[j].profile })
 	var b strings.Builder
-	b.WriteString("| profile | cache | seeds | ordered | unique | atomic | bookmarkable | reliable | resumable | lists | consistent | split at an end |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| profile | cache | seeds | ordered | unique | atomic | bookmarkable | reliable | resumable | lists | consistent | liveness | split at an end |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range keys {
 		s := sums[k]
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n", k.profile, k.impl, seeds[k],
-			s.Ordered, s.Unique, s.Atomic, s.Bookmarkable, s.Reliable, s.Resumable, s.Lists, s.Consistent, s.Split)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n", k.profile, k.impl, seeds[k],
+			s.Ordered, s.Unique, s.Atomic, s.Bookmarkable, s.Reliable, s.Resumable, s.Lists, s.Consistent, s.Liveness, s.Split)
 	}
 	return b.String()
 }

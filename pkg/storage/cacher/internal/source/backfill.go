@@ -316,9 +316,6 @@ func (s *Source) replay(ctx context.Context, from, to uint64, hold func(events i
 		if r.End != nil {
 			return *r.End, true
 		}
-		if err := inject.Hit(ctx, inject.Replay); err != nil {
-			return End{Reason: EndUnavailable, Err: err}, true
-		}
 		// A revision etcd repeats comes whole, in the response it came in:
 		// last moves only past a revision once all of it is applied.
 		err := revisions(r.Changes, func(rev []Change) error {
@@ -372,7 +369,7 @@ func (s *Source) replay(ctx context.Context, from, to uint64, hold func(events i
 	if inject.On(inject.BackfillIdleByHead) {
 		position = s.f.head
 	}
-	end := s.f.watch(ctx, from, nil, asked, handle, func() {}, position)
+	end := s.f.watch(ctx, from, nil, asked, handle, func() {}, position, true)
 	switch {
 	case end.Reason == EndCompacted:
 		return nil, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, errOvertaken)

@@ -72,7 +72,7 @@ func (c *EtcdChanges) Watch(ctx context.Context, rev uint64) ChangeStream {
 	s := &etcdStream{c: c, ctx: ctx, cancel: cancel, w: clientv3.NewWatcher(c.cfg.Client),
 		out: make(chan Response, responseBuffer), created: make(chan struct{}), done: make(chan struct{})}
 	open := func() clientv3.WatchChan {
-		if errors.Is(inject.Hit(ctx, inject.WatchOpen), inject.ErrStall) {
+		if inject.Enabled && errors.Is(inject.Hit(ctx, inject.WatchOpen), inject.ErrStall) {
 			<-ctx.Done()
 		}
 		return s.w.Watch(ctx, c.prefix.rangePrefix, clientv3.WithPrefix(), clientv3.WithRev(int64(rev)+1),

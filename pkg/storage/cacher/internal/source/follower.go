@@ -68,7 +68,7 @@ func (f *follower) follow(ctx context.Context, rv uint64, relist <-chan string, 
 				progressed = true
 				f.outage.restored(ctx)
 			}
-		}, f.head)
+		}, f.head, false)
 		if ctx.Err() != nil {
 			return end
 		}
@@ -135,9 +135,10 @@ func rewatchBackoff() *wait.Backoff {
 // the watch or handle ends it, or a re-list is requested on relist. It asks
 // etcd for progress on its own stream when told on asked. alive is called
 // on every response, and whenever etcd confirms it holds nothing newer
-// than position, the newest revision the watch's reader holds.
+// than position, the newest revision the watch's reader holds. replaying
+// names the watch's failpoint: the replay's, or the follower's.
 func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, asked <-chan struct{}, handle Handler, alive func(),
-	position func() uint64) End {
+	position func() uint64, replaying bool) End {
 	stream := f.cfg.Changes.Watch(ctx, rv)
 	defer stream.Close()
 	// A progress notification proves the new watch is live, so that
@@ -197,18 +198,24 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 				// before a watcher can see what the new watch brought.
 				alive()
 			}
-			switch err := inject.Hit(ctx, inject.WatchResponse); {
-			case errors.Is(err, inject.ErrStall):
-				stalled, heard = true, false
-				continue
-			case errors.Is(err, inject.ErrRepeat) && r.End == nil:
-				if end, stop := handle(r); stop {
-					return end
+			if inject.Enabled {
+				failpoint := inject.WatchResponse
+				if replaying {
+					failpoint = inject.Replay
 				}
-			case errors.Is(err, inject.ErrEndWatch):
-				return End{Reason: EndClosed, Err: err}
-			case err != nil:
-				return End{Reason: EndUnavailable, Err: err}
+				switch err := inject.Hit(ctx, failpoint); {
+				case errors.Is(err, inject.ErrStall):
+					stalled, heard = true, false
+					continue
+				case errors.Is(err, inject.ErrRepeat) && r.End == nil:
+					if end, stop := handle(r); stop {
+						return end
+					}
+				case errors.Is(err, inject.ErrEndWatch):
+					return End{Reason: EndClosed, Err: err}
+				case err != nil:
+					return End{Reason: EndUnavailable, Err: err}
+				}
 			}
 			if end, stop := handle(r); stop {
 				return end

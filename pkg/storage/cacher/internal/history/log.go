@@ -101,6 +101,14 @@ func (l *Log[E]) Resets() uint64 {
 	return l.generation
 }
 
+// Fillable reports whether Prepend could still fill the log of generation:
+// it was neither reset nor trimmed since.
+func (l *Log[E]) Fillable(generation uint64) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.generation == generation && !l.trimmed
+}
+
 // Prepend puts older history in front of the log: events, in order, after
 // from and up to upTo, the revision the log was reset at generation. The
 // log is then complete from from, or from the newest event that did not

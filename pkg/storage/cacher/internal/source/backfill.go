@@ -43,15 +43,19 @@ import (
 // a leader, its watch silent or closed, a list that timed out) tries
 // again, with a backoff, for as long as the log it fills still starts
 // where it did: giving up turned a warm start cold for good when etcd was
-// slow during a restart (issue 65). It stops only when it is filled, when
-// the log moved on (a re-list, or events trimmed from its front), when
-// etcd's compaction overtook it backfillAttempts times, or when the cache
-// stops or lists again.
+// slow during a restart (issue 65). It stops when it is filled, when the
+// log moved on (a re-list, or events trimmed from its front), when etcd's
+// compaction overtook it backfillAttempts times, when what it read does
+// not decode (no attempt would read it otherwise), or when the cache stops
+// or lists again.
 
 // backfill is history being filled in behind the log.
 type backfill struct {
 	// to is the revision the log starts at; the backfill covers what is before it.
 	to uint64
+	// generation is the log's, which the backfill fills unless it was
+	// reset or trimmed since.
+	generation uint64
 	// from is the oldest revision the backfill promises: the bound it
 	// starts with, then the revision it fills from once etcd told it.
 	from atomic.Uint64
@@ -108,14 +112,13 @@ func (s *Source) startBackfill(ctx context.Context, to uint64) {
 		s.backfill.Store(nil)
 		return
 	}
-	bf := &backfill{to: to, done: make(chan struct{})}
+	bf := &backfill{to: to, generation: s.cfg.History.Resets(), done: make(chan struct{})}
 	bf.from.Store(uint64(max(int64(to)-s.cfg.WarmStartRevisions, s.cfg.Store.CompactRevision(), 1)))
-	generation := s.cfg.History.Resets()
 	s.backfill.Store(bf)
 	s.cfg.Metrics.Backfill(BackfillStarted)
 	go func() {
 		defer close(bf.done)
-		err := s.fillRetrying(ctx, bf, generation)
+		err := s.fillRetrying(ctx, bf)
 		switch {
 		case ctx.Err() != nil:
 			bf.abandoned.Store(true)
@@ -131,12 +134,12 @@ func (s *Source) startBackfill(ctx context.Context, to uint64) {
 
 // fillRetrying fills the history before bf.to, trying again after every
 // failure but those no attempt can get past.
-func (s *Source) fillRetrying(ctx context.Context, bf *backfill, generation uint64) error {
+func (s *Source) fillRetrying(ctx context.Context, bf *backfill) error {
 	delay, overtaken := minBackfillRetry, 0
 	for {
-		err := s.fill(ctx, bf, generation)
+		err := s.fill(ctx, bf)
 		switch {
-		case err == nil || ctx.Err() != nil || errors.Is(err, errMovedOn):
+		case err == nil || ctx.Err() != nil || errors.Is(err, errMovedOn) || unreadable(err):
 			return err
 		case errors.Is(err, errOvertaken):
 			if overtaken++; overtaken == backfillAttempts {
@@ -161,9 +164,19 @@ func (s *Source) fillRetrying(ctx context.Context, bf *backfill, generation uint
 // errOvertaken is a backfill's when etcd compacted past where it began.
 var errOvertaken = errors.New("etcd compacted past the start of the backfill")
 
+// unreadable reports whether err is what a backfill read and could not
+// decode: no attempt would read it otherwise.
+func unreadable(err error) bool {
+	var end End
+	return errors.Is(err, errUnreadable) || (errors.As(err, &end) && end.Reason == EndUnreadable)
+}
+
 // fill fills the history before bf.to once, from the oldest revision etcd
 // serves within WarmStartRevisions.
-func (s *Source) fill(ctx context.Context, bf *backfill, generation uint64) error {
+func (s *Source) fill(ctx context.Context, bf *backfill) error {
+	if !s.cfg.History.Fillable(bf.generation) {
+		return errMovedOn
+	}
 	to := bf.to
 	from, err := s.warmStartFrom(ctx, to)
 	if err != nil || from == 0 {
@@ -184,7 +197,7 @@ func (s *Source) fill(ctx context.Context, bf *backfill, generation uint64) erro
 	if err := inject.Hit(ctx, inject.BackfillPrepend); err != nil {
 		return err
 	}
-	if !s.cfg.Sink.PrependHistory(events, from, to, generation) {
+	if !s.cfg.Sink.PrependHistory(events, from, to, bf.generation) {
 		return errMovedOn
 	}
 	klog.V(2).InfoS("Watch cache filled its history from etcd", "resource", s.cfg.GroupResource,
@@ -211,7 +224,9 @@ func (s *Source) errFilling(why string) error {
 // again, the watch is told to retry.
 func (s *Source) WaitForBackfill(ctx context.Context, rv uint64) error {
 	bf := s.backfill.Load()
-	if bf == nil || rv >= bf.to {
+	// Below where the backfill fills from, nothing it fills serves rv:
+	// the dispatcher answers 410 at once. from only rises.
+	if bf == nil || rv >= bf.to || rv < bf.from.Load() {
 		return nil
 	}
 	timer := s.cfg.Clock.NewTimer(s.cfg.FreshnessTimeout)
@@ -230,11 +245,14 @@ func (s *Source) WaitForBackfill(ctx context.Context, rv uint64) error {
 
 // Promised is the oldest resourceVersion the cache promises to serve a
 // watch from, as far as its own history goes: where its log is complete
-// from, or, while a backfill runs, where the backfill fills from. etcd's
-// compaction bounds it too (Cacher.Floor).
+// from, or, while a backfill that can still fill it runs, where the
+// backfill fills from. etcd's compaction bounds it too (Cacher.Floor).
+// While a backfill runs it is a promise, not a certainty: a budget that
+// cannot hold all of the backfill, or a compaction etcd made on its own
+// that the store has not seen, raises where the log ends up complete from.
 func (s *Source) Promised() uint64 {
 	since, _ := s.cfg.History.Bounds()
-	if bf := s.backfill.Load(); bf != nil && !bf.ended() {
+	if bf := s.backfill.Load(); bf != nil && !bf.ended() && s.cfg.History.Fillable(bf.generation) {
 		return min(since, bf.from.Load())
 	}
 	return since

@@ -110,10 +110,10 @@ func (s *etcdStream) RequestProgress(ctx context.Context) error {
 	select {
 	case <-s.created:
 	default:
-		// A request on the watch's stream before the watch exists would
-		// open the stream under the request's context, which ends with
-		// it: run makes it once the watch exists, unless the watch came
-		// meanwhile and this call takes it back.
+		// etcd would answer a request made before the watch exists to
+		// no watch, and the answer would be lost: run makes it once the
+		// watch exists, unless the watch came meanwhile and this call
+		// takes it back.
 		s.askedEarly.Store(true)
 		select {
 		case <-s.created:

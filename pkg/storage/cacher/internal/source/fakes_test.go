@@ -269,6 +269,8 @@ func (c *fakeCache) Bounds() (since, head uint64) {
 
 func (c *fakeCache) Resets() uint64 { return 0 }
 
+func (c *fakeCache) Fillable(uint64) bool { return true }
+
 // seen returns the events processed, as "TYPE key@rv".
 func (c *fakeCache) seen() []string {
 	c.mu.Lock()

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -35,6 +36,9 @@ const ListPageBytes = 16 << 20
 // when the rest can be read at once (listSplit): small, so that a list of
 // a few thousand objects is decoded on every CPU too.
 const firstListPage = 1000
+
+// errUnreadable marks an object a list read and could not build.
+var errUnreadable = errors.New("an object does not decode")
 
 // listAt reads every object at revision rev, or at the current one for 0.
 // With share, an object at the version the store holds is the store's
@@ -146,10 +150,11 @@ func (s *Source) listPage(ctx context.Context, opts storage.ListOptions, share b
 			}
 		}
 		o, err := s.cfg.Build.Build(item)
-		if err == nil {
-			objs = append(objs, o)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUnreadable, err)
 		}
-		return err
+		objs = append(objs, o)
+		return nil
 	})
 	if err != nil {
 		return nil, 0, "", err

@@ -61,6 +61,9 @@ type History interface {
 	Bounds() (since, head uint64)
 	// Resets counts the history's resets: a backfill's generation.
 	Resets() uint64
+	// Fillable reports whether a backfill of generation could still fill
+	// the history: it was neither reset nor trimmed since.
+	Fillable(generation uint64) bool
 }
 
 // Config is what a Source reads, what it feeds, and how.

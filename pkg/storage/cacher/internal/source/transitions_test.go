@@ -195,3 +195,33 @@ func TestAbandonedBackfillIsNotWaitedFor(t *testing.T) {
 		t.Errorf("a watch from 2 after a cold re-list: %v; want no wait, and the dispatcher's 410", err)
 	}
 }
+
+// TestBackfillGivesUpOnUnreadable checks that a backfill that reads what
+// does not decode gives up rather than read it again every second and a
+// half: no attempt would read it otherwise, and watches from before the
+// start would get 429 for as long as etcd kept it.
+func TestBackfillGivesUpOnUnreadable(t *testing.T) {
+	h, _ := warmStart(t, nil)
+	h.run(t)
+	w := openWatches(t, h, 2)["1"].w
+	w.send(Response{Changes: []Change{{Key: "/pods/ns/x", Rev: 2, Object: &example.PodList{}}}})
+	testkit.StepUntil(t, h.clk, func() bool { return h.n.get("backfill/given_up") == 1 })
+	if n := h.n.get("backfill/retried"); n != 0 {
+		t.Errorf("%d retries of a backfill that read what does not decode, want none", n)
+	}
+	if err := h.waitForBackfill(t, 2); err != nil {
+		t.Errorf("a watch from 2 after the backfill gave up: %v; want no wait, and the dispatcher's 410", err)
+	}
+}
+
+// TestBelowTheBackfillIsNotWaitedFor checks that a watch from below where
+// the backfill fills from does not wait for it: nothing it fills serves
+// the watch, which gets 410 at once rather than 429 while it runs.
+func TestBelowTheBackfillIsNotWaitedFor(t *testing.T) {
+	h, _ := warmStart(t, func(c *Config) { c.WarmStartRevisions = 2 }) // fills from 2
+	h.run(t)
+	openWatches(t, h, 2)
+	if err := h.waitForBackfill(t, 1); err != nil {
+		t.Errorf("a watch from 1, below the backfill's 2: %v; want no wait", err)
+	}
+}

@@ -286,6 +286,8 @@ func TestInjectedFaultsAreCaught(t *testing.T) {
 		// load, if set, restarts the server over that many more agents
 		// (restartOverLoadedCompacted) in place of the scenario's fault.
 		load int
+		// modify, if set, changes the scenario for the fault.
+		modify func(*scenario)
 	}{
 		{fault: "drop", scenario: "baseline", counter: func(r *result) int { return r.Reliable }, short: true},
 		{fault: "duplicate", scenario: "baseline", counter: func(r *result) int { return r.Unique }},
@@ -303,6 +305,11 @@ func TestInjectedFaultsAreCaught(t *testing.T) {
 		// the scenario's hundred objects they list within its first poll.
 		{fault: string(inject.ReadyzWithoutCache), scenario: "server restart over a compacted etcd",
 			counter: func(r *result) int { return r.Readiness }, short: true, load: 20_000},
+		// Issue 65's: the backfill gives up on etcd paused inside it, at a
+		// random moment of it; a watch from before the restart then gets
+		// 410 though etcd holds its history.
+		{fault: string(inject.BackfillGivesUp), scenario: "random moment", modify: pausedInsideBackfill,
+			counter: func(r *result) int { return r.Liveness + r.Resumable }},
 	}
 	for _, tc := range tests {
 		if !*chaos && !tc.short {
@@ -312,6 +319,9 @@ func TestInjectedFaultsAreCaught(t *testing.T) {
 			sc := scenarioNamed(tc.scenario)
 			if tc.load > 0 {
 				sc.fault = restartOverLoadedCompacted(tc.load)
+			}
+			if tc.modify != nil {
+				tc.modify(&sc)
 			}
 			r := run(t, sc, ours, tc.fault, newSeed())
 			record(r)
@@ -323,6 +333,23 @@ func TestInjectedFaultsAreCaught(t *testing.T) {
 			}
 		})
 	}
+}
+
+// backfillListFailpoint holds each of a start's first four list pages
+// for 3 s after etcd answered them: the caches' first lists, then their
+// backfills' lists, at /readyz, so that each backfill opens its replay's
+// watch 3 s after /readyz. The harness's history is one page and one
+// watch response long, which etcd sends at once: held at the response
+// instead (replayFailpoint), the replay would need nothing more of etcd.
+const backfillListFailpoint = "list-page-after=sleep(3s)*4"
+
+// pausedInsideBackfill makes the random moment's fault a pause of the
+// server's member for etcdPause, longer than the cache takes to find a
+// watch silent, at a moment drawn inside the restarted server's backfill,
+// which backfillListFailpoint holds open.
+func pausedInsideBackfill(sc *scenario) {
+	sc.fault = randomMoment(momentFault{window: insideBackfill, kind: memberPaused, length: etcdPause})
+	sc.serverEnv = append(sc.serverEnv, inject.FailpointsEnvName+"="+backfillListFailpoint)
 }
 
 // TestStormSlower checks the storm's bound against upstream: within a

@@ -96,6 +96,12 @@ type env struct {
 	silent *silentResult
 	// soak is what the soak measured, once it has.
 	soak *soakResult
+	// seed is the run's, for faults that draw from it.
+	seed uint64
+	// liveness, when a fault sets it, delivers what its liveness check
+	// found after the heal (checkLiveness); run waits for it while the
+	// traffic still runs.
+	liveness <-chan *livenessResult
 }
 
 // notef records what a fault did, for the result.
@@ -285,6 +291,7 @@ func setUp(t *testing.T, sc scenario, impl, injected string) *env {
 	case injected != "":
 		bin, envVars = bins.oursFaulty, []string{"CACHED_APISERVER_TEST_FAULT=" + injected}
 	}
+	envVars = append(envVars, sc.serverEnv...)
 	replicas := max(sc.replicas, 1)
 	var addrs []string
 	for i := 0; i < replicas; i++ {
@@ -323,6 +330,7 @@ func run(t *testing.T, sc scenario, impl, injected string, seed uint64) *result 
 		r.server = impl + " (" + injected + " injected)"
 	}
 	e := setUp(t, sc, impl, injected)
+	e.seed = seed
 	// The truth begins before the first write, so that it can tell the
 	// state at any resourceVersion a list of the server's may carry.
 	var err error
@@ -433,6 +441,12 @@ func run(t *testing.T, sc scenario, impl, injected string, seed uint64) *result 
 	if err := e.waitWrites(ctx, atHeal+writesAfterHeal, resumeBound); err != nil {
 		r.writesStalled = true
 		r.notef("writes did not resume within %v of the heal", resumeBound)
+	}
+	if e.liveness != nil {
+		l := <-e.liveness
+		r.Add(l.Violations)
+		r.notes = append(r.notes, l.notes...)
+		r.harnessErrors = append(r.harnessErrors, l.harnessErrors...)
 	}
 	stopTraffic()
 	trafficWG.Wait()

@@ -82,8 +82,8 @@ func (r *result) notef(format string, args ...any) {
 // server. Repeated runs (go test -count) share a row: counts are summed,
 // times are the median with the range.
 func writeTable(w io.Writer, results []*result) {
-	fmt.Fprintln(w, "| scenario | server | runs | ordered | unique | atomic | bookmarkable | reliable | resumable | lists | readiness | ended 410 | ended error | ended closed | client re-lists | cache re-lists | cache re-watches | recovery | sentinel p100 | /readyz unready | writes ok/failed |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| scenario | server | runs | ordered | unique | atomic | bookmarkable | reliable | resumable | lists | readiness | liveness | ended 410 | ended error | ended closed | client re-lists | cache re-lists | cache re-watches | recovery | sentinel p100 | /readyz unready | writes ok/failed |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	type key struct{ scenario, server string }
 	var order []key
 	groups := map[key][]*result{}
@@ -130,9 +130,9 @@ func writeTable(w io.Writer, results []*result) {
 		if strings.HasPrefix(k.server, ours) {
 			rewatches = fmt.Sprint(sum.cacheRewatches)
 		}
-		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %d | %d | %d | %d | %s | %s | %s | %d/%d | %d/%d |\n",
+		fmt.Fprintf(w, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %s | %d | %d | %d | %d | %s | %s | %s | %d/%d | %d/%d |\n",
 			k.scenario, k.server, len(g), sum.Ordered, sum.Unique, sum.Atomic, sum.Bookmarkable, sum.Reliable, sum.Resumable,
-			sum.Lists+sum.Consistent, sum.Readiness, ended410, sum.endedError,
+			sum.Lists+sum.Consistent, sum.Readiness, sum.Liveness, ended410, sum.endedError,
 			sum.endedClosed, sum.relists, sum.cacheRelists, rewatches, spread(recovery), spread(sentinel),
 			unready, len(g), sum.writesOK, sum.writesFailed)
 	}

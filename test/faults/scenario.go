@@ -60,6 +60,9 @@ type scenario struct {
 	// hold while they cannot read: their 410s, and the re-lists after,
 	// are etcd's answer, not the server's doing.
 	compacts bool
+	// serverEnv is added to every server's environment, as the
+	// faultinject build's failpoints (inject.FailpointsEnvName).
+	serverEnv []string
 }
 
 // scenarios are every fault of the issue, in its order.
@@ -82,6 +85,10 @@ var scenarios = []scenario{
 	{name: "server restart over a compacted etcd", fault: restartOverCompacted, serverGoes: true, sigterm: true, compacts: true},
 	{name: "stalled client", fault: stalledClient},
 	{name: "etcd out of space", etcdArgs: []string{"--quota-backend-bytes", strconv.Itoa(noSpaceQuota)}, fault: outOfSpace(noSpaceQuota)},
+	// Issue 65, item 4: the server restarted, and an etcd process fault
+	// drawn from the seed at a random moment of its start, its backfills,
+	// or its steady state; then liveness over HTTP (checkLiveness).
+	{name: "random moment", members: 3, fault: randomMoment(momentFault{}), serverGoes: true},
 
 	// Replicas over a 3-member cluster, every server listing every member.
 	{name: "replica killed", members: 3, serverMembers: []int{0, 1, 2}, replicas: 2,

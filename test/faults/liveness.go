@@ -66,7 +66,7 @@ type livenessResult struct {
 type rvWatch struct {
 	handedRV
 	// answers counts the answers by kind.
-	answers map[string]int
+	answers map[answerKind]int
 	last    string
 	// served is when the first served watch's first event came, after the
 	// heal, and first that event; zero if none.
@@ -99,7 +99,7 @@ func (e *env) checkLiveness(ctx context.Context, rvs []handedRV, healed time.Tim
 	var wg sync.WaitGroup
 	watches := make([]*rvWatch, len(rvs))
 	for i, h := range rvs {
-		w := &rvWatch{handedRV: h, answers: map[string]int{}}
+		w := &rvWatch{handedRV: h, answers: map[answerKind]int{}}
 		watches[i] = w
 		wg.Add(1)
 		go func() {
@@ -181,7 +181,7 @@ func (e *env) checkLiveness(ctx context.Context, rvs []handedRV, healed time.Tim
 				res.Note(&res.Liveness, "a watch from %d, handed %s the restart, got 410 at %+.2fs after the heal: %s",
 					w.rv, where, w.gone.Seconds(), w.judged)
 			}
-		case strings.HasPrefix(w.last, "429"):
+		case strings.HasPrefix(w.last, string(answer429)):
 			res.Note(&res.Liveness, "watches from %d still got 429 %v after the heal: %s", w.rv, deadline.Sub(healed), w.last)
 		default:
 			res.Note(&res.Liveness, "no watch from %d was served within %v of the heal; the last got %s", w.rv,
@@ -198,7 +198,7 @@ func (e *env) checkLiveness(ctx context.Context, rvs []handedRV, healed time.Tim
 // counts says what w's watches got, by kind.
 func (w *rvWatch) counts() string {
 	var parts []string
-	for _, k := range []string{"served", "410", "429", "other", "wrong"} {
+	for _, k := range []answerKind{answerServed, answer410, answer429, answerOther, answerWrong} {
 		if n := w.answers[k]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d × %s", n, k))
 		}
@@ -212,12 +212,12 @@ func (e *env) watchUntilServed(ctx context.Context, s *apiServer, w *rvWatch, he
 	for ; time.Now().Before(deadline) && ctx.Err() == nil; hold(ctx, livenessEvery) {
 		kind, first, detail := firstEventFrom(ctx, s, w.rv)
 		w.answers[kind]++
-		w.last = kind + ": " + detail
+		w.last = string(kind) + ": " + detail
 		switch kind {
-		case "served":
+		case answerServed:
 			w.served, w.first = time.Since(healed), first
 			return
-		case "410":
+		case answer410:
 			w.gone = time.Since(healed)
 			w.judged, w.violation = e.judge410(ctx, s, w.handedRV)
 			return
@@ -273,26 +273,37 @@ func (e *env) etcdHolds(ctx context.Context, rev int64) (bool, error) {
 	return err == nil, err
 }
 
+// answerKind is what one raw watch got first.
+type answerKind string
+
+const (
+	// answerServed is a watch whose first event came (and, for a watch
+	// from H0, was the first write after it).
+	answerServed answerKind = "served"
+	answer410    answerKind = "410"
+	answer429    answerKind = "429"
+	// answerWrong is a watch whose first event is another one.
+	answerWrong answerKind = "wrong first event"
+	// answerOther is any other error, or no event within the attempt's time.
+	answerOther answerKind = "other"
+)
+
 // firstEventFrom watches every assignment from rv once, without retries
-// or client-go's backoff, and says what the server sent first: "served"
-// with the event, "410", "429", or "other".
-func firstEventFrom(ctx context.Context, s *apiServer, rv int64) (string, watchcheck.Item, string) {
+// or client-go's backoff, for up to livenessAttemptTimeout, and says what
+// the server sent first: answerServed with the event, answer410,
+// answer429, or answerOther.
+func firstEventFrom(ctx context.Context, s *apiServer, rv int64) (answerKind, watchcheck.Item, string) {
 	ctx, cancel := context.WithTimeout(ctx, livenessAttemptTimeout)
 	defer cancel()
 	body, err := s.raw.Get().AbsPath("/apis/fleet.example.com/v1beta1/assignments").
 		Param("watch", "1").Param("resourceVersion", strconv.FormatInt(rv, 10)).MaxRetries(0).Stream(ctx)
 	if err != nil {
-		var st apierrors.APIStatus
-		code := int32(0)
-		if errors.As(err, &st) {
-			code = st.Status().Code
-		}
-		return answerOf(code), watchcheck.Item{}, err.Error()
+		return statusKind(codeOf(err)), watchcheck.Item{}, err.Error()
 	}
 	defer body.Close()
 	line, err := bufio.NewReader(body).ReadBytes('\n')
 	if err != nil {
-		return "other", watchcheck.Item{}, fmt.Sprintf("no event within %v: %v", livenessAttemptTimeout, err)
+		return answerOther, watchcheck.Item{}, fmt.Sprintf("no event within %v: %v", livenessAttemptTimeout, err)
 	}
 	var ev struct {
 		Type   string `json:"type"`
@@ -305,25 +316,34 @@ func firstEventFrom(ctx context.Context, s *apiServer, rv int64) (string, watchc
 		} `json:"object"`
 	}
 	if err := json.Unmarshal(line, &ev); err != nil {
-		return "other", watchcheck.Item{}, fmt.Sprintf("undecodable event %q: %v", line, err)
+		return answerOther, watchcheck.Item{}, fmt.Sprintf("undecodable event %q: %v", line, err)
 	}
 	if ev.Type == string(watch.Error) {
-		return answerOf(ev.Object.Code), watchcheck.Item{}, fmt.Sprintf("ERROR event %d: %s", ev.Object.Code, ev.Object.Message)
+		return statusKind(ev.Object.Code), watchcheck.Item{}, fmt.Sprintf("ERROR event %d: %s", ev.Object.Code, ev.Object.Message)
 	}
 	m := ev.Object.Metadata
 	it := watchcheck.Item{Type: watch.EventType(ev.Type), Key: m.Namespace + "/" + m.Name, Rev: parseRV(m.ResourceVersion)}
-	return "served", it, fmt.Sprintf("%s %s at %d", it.Type, it.Key, it.Rev)
+	return answerServed, it, fmt.Sprintf("%s %s at %d", it.Type, it.Key, it.Rev)
 }
 
-// answerOf is the kind of answer an HTTP status is.
-func answerOf(code int32) string {
+// codeOf is the HTTP status of a request's error, 0 if it has none.
+func codeOf(err error) int32 {
+	var st apierrors.APIStatus
+	if errors.As(err, &st) {
+		return st.Status().Code
+	}
+	return 0
+}
+
+// statusKind is the answer an HTTP status stands for.
+func statusKind(code int32) answerKind {
 	switch code {
 	case http.StatusGone:
-		return "410"
+		return answer410
 	case http.StatusTooManyRequests:
-		return "429"
+		return answer429
 	}
-	return "other"
+	return answerOther
 }
 
 // listStatus lists one assignment at rv ("" for a consistent list), once,

@@ -92,6 +92,9 @@ func probeLiveness(ctx context.Context, r *rbResource, c *rbCache, handed []int6
 	}
 	for _, rv := range probes {
 		probeWatch(ctx, &v, name, r, c, w, changes, rv, deadline)
+		if v.Liveness > 0 {
+			break // one says enough; a stuck cache makes each probe wait out its deadline
+		}
 	}
 	if cc, ok := c.get().(*Cacher); ok {
 		if floor, want := int64(cc.Floor()), max(w.compactedBefore(time.Now()), 1); floor > want {

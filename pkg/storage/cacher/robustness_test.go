@@ -263,7 +263,10 @@ func runRobustnessWith(t *testing.T, p rbProfileSpec, seed uint64, opts rbOption
 		}
 	}
 	// Every client gets the last object, or the run says which did not.
-	_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	// Healthy, both caches deliver it within a second; 15 s is for a
+	// loaded machine, and bounds the runs where an injected bug keeps it
+	// from a client.
+	_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
 		for _, cs := range clients {
 			for _, c := range cs {
 				if !c.has(sentinels[c.res]) {

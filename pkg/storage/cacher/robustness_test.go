@@ -198,18 +198,27 @@ func runRobustnessWith(t *testing.T, p rbProfileSpec, seed uint64, opts rbOption
 			pick := rand.New(rand.NewPCG(seed, uint64(len(listers[impl]))))
 			l := &rbLister{name: fmt.Sprintf("%s/%s/lister", impl, r.name), res: r, cache: r.caches[impl], acked: w.acked.Load,
 				handed: func() int64 {
+					// One in the middle of a client's, or the newest any
+					// client holds: a state older than every snapshot, or
+					// the head, which the cache rebuilds from its current
+					// state while the next revision may be on its way in
+					// (a continue after a progress notification).
+					if pick.IntN(2) == 0 {
+						newest := int64(0)
+						for _, c := range mine {
+							c.mu.Lock()
+							if n := len(c.handed); n > 0 {
+								newest = max(newest, c.handed[n-1])
+							}
+							c.mu.Unlock()
+						}
+						return newest
+					}
 					c := mine[pick.IntN(len(mine))]
 					c.mu.Lock()
 					defer c.mu.Unlock()
 					if len(c.handed) == 0 {
 						return 0
-					}
-					// One in the middle, or the newest: a state older
-					// than every snapshot, or newer, which the cache
-					// rebuilds from its current state (a continue after
-					// a progress notification).
-					if pick.IntN(2) == 0 {
-						return c.handed[len(c.handed)-1]
 					}
 					return c.handed[len(c.handed)/2]
 				}}

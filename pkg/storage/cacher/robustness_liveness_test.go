@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
@@ -179,17 +180,6 @@ func firstEvent(ctx context.Context, s storage.Interface, prefix string, rv int6
 // retryUntil calls ok every livenessRetry until it holds or deadline
 // passes; it is called at least once.
 func retryUntil(ctx context.Context, deadline time.Time, ok func() bool) bool {
-	for {
-		if ok() {
-			return true
-		}
-		if !time.Now().Before(deadline) {
-			return false
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(livenessRetry):
-		}
-	}
+	return wait.PollUntilContextTimeout(ctx, livenessRetry, time.Until(deadline), true,
+		func(context.Context) (bool, error) { return ok(), nil }) == nil
 }

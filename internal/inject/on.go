@@ -140,6 +140,8 @@ func Hit(ctx context.Context, p Point) error {
 		return ErrRepeat
 	case Stall:
 		return ErrStall
+	case Mismatch:
+		return ErrMismatch
 	}
 	return nil
 }
@@ -177,9 +179,9 @@ func ParseFailpoints(spec string) (map[Point]Action, error) {
 			if a.Sleep, err = time.ParseDuration(arg); err != nil {
 				return nil, fmt.Errorf("%q: sleep: %v", item, err)
 			}
-		case Fail, EndWatch, Repeat, Stall:
+		case Fail, EndWatch, Repeat, Stall, Mismatch:
 		default:
-			return nil, fmt.Errorf("%q: unknown action %q: want sleep(d), error, end-watch, repeat or stall", item, kind)
+			return nil, fmt.Errorf("%q: unknown action %q: want sleep(d), error, end-watch, repeat, stall or mismatch", item, kind)
 		}
 		out[p] = a
 	}

@@ -19,6 +19,7 @@ func TestParseFailpoints(t *testing.T) {
 		{spec: "list-page-before=error@0.5, follower-response=repeat", want: map[Point]Action{
 			ListPageBefore: {Kind: Fail, Prob: 0.5}, WatchResponse: {Kind: Repeat}}},
 		{spec: "silence-check=end-watch@0.25*3", want: map[Point]Action{SilenceCheck: {Kind: EndWatch, Prob: 0.25, Count: 3}}},
+		{spec: "consistency-compare=mismatch*1", want: map[Point]Action{ConsistencyCheck: {Kind: Mismatch, Count: 1}}},
 		{spec: "nowhere=error", wantErr: true},
 		{spec: "replay=explode", wantErr: true},
 		{spec: "replay=sleep(soon)", wantErr: true},

@@ -74,6 +74,10 @@ const (
 	// ErrStall has the etcd watch deliver nothing more, from this
 	// response on, or never open: its member went silent.
 	ErrStall Error = "failpoint: the etcd watch stalled"
+	// ErrMismatch has the consistency check find the cache differing from
+	// etcd, so that the cache re-lists cold, as after a real difference:
+	// the one way a randomized run makes a cold re-list.
+	ErrMismatch Error = "failpoint: the cache differs from etcd"
 )
 
 // Kind is what an armed failpoint does.
@@ -86,6 +90,7 @@ const (
 	EndWatch Kind = "end-watch"
 	Repeat   Kind = "repeat"
 	Stall    Kind = "stall"
+	Mismatch Kind = "mismatch"
 )
 
 // Action is what an armed failpoint does when hit.

@@ -16,7 +16,7 @@ import (
 func TestServerHoldsNoFailpoint(t *testing.T) {
 	bins := testkit.Build(t, testkit.Ours, oursFaulty)
 	marks := [][]byte{[]byte(inject.FailpointsEnvName), []byte(inject.ErrFailpoint), []byte(inject.ErrEndWatch),
-		[]byte(inject.ErrRepeat), []byte(inject.ErrStall)}
+		[]byte(inject.ErrRepeat), []byte(inject.ErrStall), []byte(inject.ErrMismatch)}
 	for _, p := range inject.Points {
 		// The names that are words of their own (replay, relist) stand in
 		// other strings too: the distinctive ones say enough.

@@ -69,6 +69,21 @@ type rbCache struct {
 	stop func()
 	// restarts holds, for each restart, etcd's revision before it.
 	restarts []int64
+	// relistedCold, if set, reports whether a failpoint made ours' cache
+	// re-list cold (a forced inconsistency).
+	relistedCold func() bool
+}
+
+// lostHistorySince reports whether the cache had a reason to drop what it
+// held after revision rev: upstream's restarts, which list cold; ours'
+// restarts start warm and are no reason, but a cold re-list that a
+// failpoint forced is: a cache found to differ from etcd must list again
+// and end its watchers with 410, as upstream's does.
+func (c *rbCache) lostHistorySince(rev int64) bool {
+	if c.impl == rbOurs {
+		return c.relistedCold != nil && c.relistedCold()
+	}
+	return c.restartedSince(rev)
 }
 
 // get returns the cache serving now.

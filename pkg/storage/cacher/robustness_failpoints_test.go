@@ -68,7 +68,7 @@ var failpointKinds = map[inject.Point][]inject.Kind{
 	inject.Replay:           {inject.Sleep, inject.Fail, inject.EndWatch, inject.Repeat, inject.Stall},
 	inject.BackfillPrepend:  {inject.Sleep, inject.Fail},
 	inject.ApplyAppend:      {inject.Sleep},
-	inject.ConsistencyCheck: {inject.Sleep, inject.Fail},
+	inject.ConsistencyCheck: {inject.Sleep, inject.Fail, inject.Mismatch},
 	inject.SilenceCheck:     {inject.Fail, inject.EndWatch},
 	inject.WatchResponse:    {inject.Fail, inject.EndWatch, inject.Repeat, inject.Stall},
 	inject.OutageEnd:        {inject.Sleep},
@@ -150,5 +150,10 @@ func (p failpointPlan) options() rbOptions {
 			}
 		},
 		disarm: inject.DisarmAll,
+		// Armed is enough: a later arm of the same point resets what
+		// inject.Fired counts.
+		relistedCold: func() bool {
+			return slices.ContainsFunc(p, func(a armed) bool { return a.action.Kind == inject.Mismatch })
+		},
 	}
 }

@@ -16,16 +16,14 @@ import (
 // the profile that meets it, with the failpoints that bring it out where
 // the bug lies in a transition, must count it under its guarantee, within
 // the seeds given. make test runs it in the faultinject build.
-//
-// inject.BackfillKept is not here: it needs a re-list that starts cold,
-// after an unreadable event or a failed consistency check, which no
-// failpoint makes; TestAbandonedBackfillIsNotWaitedFor catches it.
 func TestRobustnessCatchesInjectedBugs(t *testing.T) {
 	total := func(v watchcheck.Violations) int { return v.Total() }
 	tests := []struct {
 		fault   inject.Fault
 		profile rbProfileSpec
 		plan    failpointPlan
+		// config, if set, changes ours' Config after the plan's options.
+		config  func(*Config)
 		seeds   []uint64
 		caught  func(watchcheck.Violations) int
 	}{
@@ -56,6 +54,17 @@ func TestRobustnessCatchesInjectedBugs(t *testing.T) {
 		{fault: inject.ReplayKeepsRepeats, profile: rbTransitions,
 			plan:   failpointPlan{{point: inject.Replay, action: inject.Action{Kind: inject.Repeat}}},
 			caught: total},
+		// A backfill held open by a slow replay, and a consistency check
+		// that finds a difference: the cold re-list abandons the backfill,
+		// and watches from below its end must not wait on it for good.
+		{fault: inject.BackfillKept, profile: rbTransitions,
+			plan: failpointPlan{
+				{point: inject.Replay, action: inject.Action{Kind: inject.Sleep, Sleep: 300 * time.Millisecond}},
+				{point: inject.ConsistencyCheck, action: inject.Action{Kind: inject.Mismatch, Prob: 0.5}}},
+			// Checks often enough to meet a backfill: a restart every
+			// second or so replaces the cache and its check timer.
+			config: func(c *Config) { c.ConsistencyCheckInterval = 100 * time.Millisecond },
+			caught: func(v watchcheck.Violations) int { return v.Liveness }},
 		{fault: inject.BackfillIdleByHead, profile: rbTransitions,
 			plan:   failpointPlan{{point: inject.Replay, action: inject.Action{Kind: inject.Stall}}},
 			caught: func(v watchcheck.Violations) int { return v.Liveness }},
@@ -87,6 +96,15 @@ func TestRobustnessCatchesInjectedBugs(t *testing.T) {
 				opts := rbOptions{}
 				if tc.plan != nil {
 					opts = tc.plan.options()
+				}
+				if tc.config != nil {
+					planConfig := opts.config
+					opts.config = func(c *Config) {
+						if planConfig != nil {
+							planConfig(c)
+						}
+						tc.config(c)
+					}
 				}
 				for _, r := range runRobustnessWith(t, tc.profile, seed, opts) {
 					if r.impl != rbOurs {

@@ -97,7 +97,7 @@ func probeLiveness(ctx context.Context, r *rbResource, c *rbCache, handed []int6
 			break // one says enough; a stuck cache makes each probe wait out its deadline
 		}
 	}
-	if cc, ok := c.get().(*Cacher); ok {
+	if cc, ok := c.get().(*Cacher); ok && !c.lostHistorySince(0) {
 		if floor, want := int64(cc.Floor()), max(w.compactedBefore(time.Now()), 1); floor > want {
 			v.Note(&v.Liveness, "%s: floor %d after its faults, above etcd's compaction at %d, which a run without faults keeps",
 				name, floor, want)
@@ -123,7 +123,7 @@ func probeWatch(ctx context.Context, v *watchcheck.Violations, name string, r *r
 			return
 		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 			compacted := w.compactedBefore(time.Now())
-			if rv < compacted || (c.impl != rbOurs && c.restartedSince(rv)) {
+			if rv < compacted || c.lostHistorySince(rv) {
 				return
 			}
 			v.Note(&v.Liveness, "%s: 410 for a watch from %d, above its floor (etcd compacted at %d): %v", name, rv, compacted, err)

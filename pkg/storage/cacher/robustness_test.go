@@ -135,6 +135,9 @@ type rbOptions struct {
 	// liveness probe.
 	faults func(ctx context.Context)
 	disarm func()
+	// relistedCold, if set, reports whether the faults made ours' caches
+	// re-list cold (rbCache.lostHistorySince).
+	relistedCold func() bool
 }
 
 // runRobustness runs one profile from seed against every implementation
@@ -148,6 +151,9 @@ func runRobustnessWith(t *testing.T, p rbProfileSpec, seed uint64, opts rbOption
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	env := newRBEnv(t, opts.config)
+	for _, r := range env.resources {
+		r.caches[rbOurs].relistedCold = opts.relistedCold
+	}
 	env.followTruth(ctx, t)
 	env.waitReady(t)
 	w := newRBWriter(env, seed, p)
@@ -373,7 +379,7 @@ func checkGone(v *watchcheck.Violations, who string, c *rbCache, w *rbWriter, g 
 	if g.rev < w.compactedBefore(g.at) {
 		return
 	}
-	if c.impl != rbOurs && c.restartedSince(g.rev) {
+	if c.lostHistorySince(g.rev) {
 		return
 	}
 	v.Note(&v.Resumable, "%s: 410 for resourceVersion %d, which etcd (compacted at %d) still serves: %s",

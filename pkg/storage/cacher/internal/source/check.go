@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -89,6 +90,9 @@ func (s *Source) compareWithEtcd(ctx context.Context) CheckResult {
 		return CheckResult{Status: CheckError, Err: fmt.Errorf("the cache is not ready")}
 	}
 	if err := inject.Hit(ctx, inject.ConsistencyCheck); err != nil {
+		if inject.Enabled && errors.Is(err, inject.ErrMismatch) {
+			return CheckResult{Status: CheckFailure, RV: s.cfg.Objects.Latest().RV, Diff: err.Error()}
+		}
 		return CheckResult{Status: CheckError, Err: err}
 	}
 	snap := s.cfg.Objects.Latest()

@@ -58,6 +58,7 @@ func record(r *result) {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	longEtcdFaults = *chaos
 	code := m.Run()
 	testkit.RemoveBuilds()
 	if len(results) > 0 {

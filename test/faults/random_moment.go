@@ -46,6 +46,10 @@ const (
 	momentStream = 0x6d6f6d656e74 // "moment"
 )
 
+// longEtcdFaults has moments draw faults up to maxEtcdFault: make chaos
+// sets it (TestMain).
+var longEtcdFaults bool
+
 // etcdFault is one of the etcd process faults a moment can draw.
 type etcdFault string
 
@@ -105,7 +109,7 @@ type draw struct {
 func (m momentFault) draw(e *env) draw {
 	rng := rand.New(rand.NewPCG(e.seed, momentStream))
 	longest := shortEtcdFault
-	if *chaos {
+	if longEtcdFaults {
 		longest = maxEtcdFault // a seed replays with the flags it ran with
 	}
 	d := draw{kind: etcdFaults[rng.IntN(len(etcdFaults))],

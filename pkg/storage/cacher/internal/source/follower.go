@@ -21,7 +21,15 @@ import (
 // least the minimum.
 const (
 	minRewatchDelay = 25 * time.Millisecond
+	// syncPollEvery and syncPolls bound how a new watch asks for progress
+	// until it hears something (follower.watch): etcd's 100 ms sync, and
+	// three of them.
+	syncPollEvery   = 20 * time.Millisecond
+	syncPolls       = 15
 	maxRewatchDelay = 250 * time.Millisecond
+	// noLeaderRewatchDelay caps the wait after a member said it has no
+	// leader (rewatchDelay).
+	noLeaderRewatchDelay = 50 * time.Millisecond
 )
 
 // Handler takes one response from the watch; stop ends the watch, with end.
@@ -80,7 +88,7 @@ func (f *follower) follow(ctx context.Context, rv uint64, relist <-chan string, 
 		if progressed {
 			backoff = rewatchBackoff()
 		}
-		if err := f.waitToRewatch(ctx, backoff.Step()); err != nil {
+		if err := f.waitToRewatch(ctx, rewatchDelay(end, backoff)); err != nil {
 			return End{Reason: EndClosed, Err: err}
 		}
 		if end.Quiet > 0 {
@@ -127,6 +135,20 @@ func (f *follower) answer(err error) error {
 	return err
 }
 
+// rewatchDelay is the wait before the watch that replaces one that ended
+// with end. A member without a leader refuses a watch at once: trying every
+// noLeaderRewatchDelay costs it a refused stream each time, and finds the
+// new leader within that of its election, where the backoff's 250 ms made
+// ours recover from a leader loss later than upstream's, whose reflector
+// retries at once (issue 65, item 6).
+func rewatchDelay(end End, backoff *wait.Backoff) time.Duration {
+	delay := backoff.Step()
+	if end.Reason == EndNoLeader {
+		delay = min(delay, noLeaderRewatchDelay)
+	}
+	return delay
+}
+
 func rewatchBackoff() *wait.Backoff {
 	return &wait.Backoff{Duration: minRewatchDelay, Factor: 2, Jitter: 0.1, Steps: 1 << 30, Cap: maxRewatchDelay}
 }
@@ -146,11 +168,21 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 	// Asking only queues a request on the watch's stream; on a stalled
 	// connection it gives up after a second, and the silence check asks again.
 	f.requestProgress(stream)
+	// etcd drops that request while it catches the new watch up (it syncs
+	// watches that start in the past every 100 ms): until the watch hears
+	// something, it asks again every syncPollEvery, so that an idle
+	// resource's outage ends within that of etcd's sync, not a reader's
+	// retry (100 ms) later.
+	syncPoll := f.cfg.Clock.NewTimer(syncPollEvery)
+	defer syncPoll.Stop()
+	polls := 0
 
 	check := newSilence(f.cfg.ProgressRequestInterval, f.cfg.Clock.Now())
 	ticks := f.cfg.Clock.NewTicker(check.period())
 	defer ticks.Stop()
 	heard, first := false, true
+	// heardAny is whether the watch heard anything since it opened.
+	heardAny := false
 	// stalled, set by a failpoint, drops every response from then on.
 	stalled := false
 	for {
@@ -185,6 +217,11 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 			}
 		case <-asked:
 			f.requestProgress(stream)
+		case <-syncPoll.C():
+			if polls++; !heardAny && polls < syncPolls {
+				f.requestProgress(stream)
+				syncPoll.Reset(syncPollEvery)
+			}
 		case r, ok := <-stream.Responses():
 			if !ok {
 				return End{Reason: EndClosed, Err: fmt.Errorf("the etcd watch of %s closed", f.cfg.GroupResource)}
@@ -192,7 +229,7 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 			if stalled {
 				continue
 			}
-			heard = true
+			heard, heardAny = true, true
 			if r.End == nil {
 				// Heard before it is applied: the outage is over
 				// before a watcher can see what the new watch brought.

@@ -3,12 +3,15 @@ package source
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"k8s.io/apimachinery/pkg/util/wait"
 	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 )
 
 // TestWaitToRewatch checks that while the follower waits to re-open its etcd
@@ -87,6 +90,95 @@ func TestClassifyEtcd(t *testing.T) {
 			got := classifyEtcd(tc.err)
 			if got.Reason != tc.reason || got.Relist != tc.relist {
 				t.Errorf("classifyEtcd(%v) = %s relist=%v, want %s relist=%v", tc.err, got.Reason, got.Relist, tc.reason, tc.relist)
+			}
+		})
+	}
+}
+
+// TestRewatchDelay checks that after a member said it has no leader the
+// follower tries again within noLeaderRewatchDelay however long the
+// outage, where other ends back off to maxRewatchDelay.
+func TestRewatchDelay(t *testing.T) {
+	tests := []struct {
+		reason  string
+		longest time.Duration
+	}{
+		{reason: EndNoLeader, longest: noLeaderRewatchDelay},
+		{reason: EndUnavailable, longest: maxRewatchDelay},
+		{reason: EndSilent, longest: maxRewatchDelay},
+	}
+	for _, tc := range tests {
+		t.Run(tc.reason, func(t *testing.T) {
+			backoff := rewatchBackoff()
+			var longest time.Duration
+			for range 20 {
+				longest = max(longest, rewatchDelay(End{Reason: tc.reason}, backoff))
+			}
+			// The backoff's jitter adds up to 10% to each step, its cap
+			// included.
+			if longest < tc.longest || longest > tc.longest*11/10 {
+				t.Errorf("the longest of 20 waits after %s: %v, want %v", tc.reason, longest, tc.longest)
+			}
+		})
+	}
+}
+
+// TestNewWatchAsksUntilHeard checks that a new etcd watch asks for
+// progress every syncPollEvery until it hears something, at most
+// syncPolls times: etcd drops the requests made before it has synced the
+// watch, and an idle resource hears nothing else.
+func TestNewWatchAsksUntilHeard(t *testing.T) {
+	for _, hears := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hears=%v", hears), func(t *testing.T) {
+			etcd := newFakeEtcd(3, pod("a", 2))
+			h := newHarness(etcd, nil)
+			h.run(t)
+			w := etcd.next(t)
+			h.waitState(t, Ready)
+			asked := func() int {
+				n := 0
+				for _, s := range etcd.progressRequests() {
+					if s == w.stream {
+						n++
+					}
+				}
+				return n
+			}
+			// step moves the clock by a poll, a few times, until the watch
+			// asks again, and reports whether it did: a step taken before
+			// the watch re-arms its timer fires nothing.
+			step := func() bool {
+				n := asked()
+				for range 10 {
+					h.clk.Step(syncPollEvery)
+					if wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 20*time.Millisecond, true,
+						func(context.Context) (bool, error) { return asked() > n, nil }) == nil {
+						return true
+					}
+				}
+				return false
+			}
+			testkit.Eventually(t, "the request as the watch opens", func() bool { return asked() == 1 })
+			if !step() {
+				t.Fatal("the watch did not ask again after a poll's time without an answer")
+			}
+			if hears {
+				w.w.send(Response{Progress: 3})
+				testkit.Eventually(t, "the progress notification applied", func() bool { _, head := h.cache.Bounds(); return head == 3 })
+				for range 3 {
+					if step() {
+						t.Fatalf("the watch asked again after it heard etcd: %d requests", asked())
+					}
+				}
+				return
+			}
+			for asked() < syncPolls {
+				if !step() {
+					t.Fatalf("the watch stopped asking after %d requests, want %d", asked(), syncPolls)
+				}
+			}
+			if step() {
+				t.Fatalf("the watch asked %d times, want at most %d", asked(), syncPolls)
 			}
 		})
 	}

@@ -71,7 +71,7 @@ func New(cfg Config) (*Cacher, error) {
 	c.d = fanout.NewDispatcher(fanout.Config{Store: c.store, Log: c.log, Presenter: c.pres, Versioner: cfg.Versioner,
 		NewFunc: cfg.NewFunc, Clock: cfg.Clock, BookmarkFrequency: cfg.BookmarkFrequency, Gate: cfg.InitialEvents,
 		Metrics: c.metrics.Metrics})
-	c.src = source.New(source.Config{Store: cfg.Storage, Changes: cfg.changes(), ResourcePrefix: cfg.ResourcePrefix,
+	c.src = source.New(source.Config{Store: cfg.Storage, Changes: cfg.changes(c.heldVersion), ResourcePrefix: cfg.ResourcePrefix,
 		GroupResource: cfg.GroupResource, NewListFunc: cfg.NewListFunc, Versioner: cfg.Versioner, Build: c.build,
 		Keys: cfg.KeyReader, ListPageSize: cfg.listPageSize, ListPageBytes: cfg.listPageBytes,
 		WarmStartRevisions: cfg.WarmStartRevisions, ConsistencyCheckInterval: cfg.ConsistencyCheckInterval,
@@ -98,6 +98,15 @@ func (c *Cacher) Stop() {
 	<-c.done
 	c.ready.Set(source.Stopped)
 	c.d.Close()
+}
+
+// heldVersion returns the store's object for key if it is the version at
+// rev (source.EtcdChangesConfig.Held).
+func (c *Cacher) heldVersion(key string, rev uint64) *object.Object {
+	if o, ok := c.store.Get(key); ok && o.RV == rev {
+		return o
+	}
+	return nil
 }
 
 // Floor is the oldest resourceVersion a watch can resume from without a

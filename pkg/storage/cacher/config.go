@@ -260,10 +260,11 @@ func (c *Config) builderConfig(x *object.Expiry) object.BuilderConfig {
 }
 
 // changes is etcd's record of the resource's changes, read as Storage
-// reads it.
-func (c *Config) changes() source.Changes {
+// reads it. held, if set, returns the cache's object of the version a change puts,
+// if the cache holds it.
+func (c *Config) changes(held func(key string, rev uint64) *object.Object) source.Changes {
 	var ch source.Changes = source.NewEtcdChanges(source.EtcdChangesConfig{Client: c.Client, StoragePrefix: c.StoragePrefix,
-		ResourcePrefix: c.ResourcePrefix, Transformer: c.Transformer, Decode: c.decoder()})
+		ResourcePrefix: c.ResourcePrefix, Transformer: c.Transformer, Decode: c.decoder(), Held: held})
 	if c.wrapChanges != nil {
 		ch = c.wrapChanges(ch)
 	}

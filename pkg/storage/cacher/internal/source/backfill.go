@@ -305,8 +305,8 @@ func (s *Source) replay(ctx context.Context, from, to uint64, hold func(events i
 		if ch.Deleted && prev == nil {
 			return nil
 		}
-		var o *object.Object
-		if ch.Object != nil {
+		o := ch.Held
+		if o == nil && ch.Object != nil {
 			o = s.held(ch.Object)
 		}
 		if o == nil {

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 
 // Changes is etcd's record of the resource's changes, read a whole
@@ -57,6 +59,9 @@ type Change struct {
 	// Rev. It is nil for a deletion whose last value etcd did not send or
 	// that did not decode: the cache then uses the one it holds.
 	Object runtime.Object
+	// Held, set instead of Object, is the cache's own object for a put of
+	// a version the cache already holds, which was not read again.
+	Held *object.Object
 }
 
 // revisions calls fn with each revision of changes, in order: the

@@ -108,6 +108,9 @@ func (s *Source) ingest(rev []Change, decoded time.Time) error {
 // deletion whose last value etcd did not send, the held one at the
 // deletion's revision.
 func (s *Source) object(ch Change, prev *object.Object) (*object.Object, error) {
+	if ch.Held != nil {
+		return ch.Held, nil
+	}
 	if ch.Object != nil {
 		return s.cfg.Build.Build(ch.Object)
 	}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 
 	"github.com/cached-apiserver/cached-apiserver/internal/embedetcd"
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
 )
 
@@ -241,4 +244,82 @@ func TestEtcdChangesWatchReturnsAtOnce(t *testing.T) {
 	closed := make(chan struct{})
 	go func() { s.Close(); close(closed) }()
 	testkit.Recv(t, closed, "the watch's end after Close")
+}
+
+// TestEtcdChangesChunksAndHeld checks that a watch catching up on history
+// hands it over in Responses of whole revisions of about decodeChunk
+// changes, not in etcd's responses of up to 1,000 revisions, and that a put
+// of a version the cache holds is not read again but handed over as the
+// cache's object.
+func TestEtcdChangesChunksAndHeld(t *testing.T) {
+	f := newEtcdChangesFixture(t)
+	ctx := context.Background()
+	// 20 revisions of 120 puts (etcd's bound is 128 a transaction): 2,400
+	// changes, which etcd sends at once to a watch from before them.
+	const perRev, revs = 120, 20
+	var first int64
+	for r := range revs {
+		var ops []clientv3.Op
+		for i := range perRev {
+			name := fmt.Sprintf("p%02d-%03d", r, i)
+			ops = append(ops, clientv3.OpPut(etcdKey(name), f.stored(t, name)))
+		}
+		resp, err := f.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == 0 {
+			first = resp.Header.Revision
+		}
+	}
+	// The cache holds every object of the second revision at its version.
+	heldRev := uint64(first + 1)
+	held := &object.Object{Key: "held"}
+	var decoded atomic.Int64
+	cfg := f.changes.cfg
+	decode := cfg.Decode
+	cfg.Decode = func(data []byte, rev uint64) (runtime.Object, error) {
+		decoded.Add(1)
+		return decode(data, rev)
+	}
+	cfg.Held = func(key string, rev uint64) *object.Object {
+		if rev == heldRev {
+			return held
+		}
+		return nil
+	}
+	s := NewEtcdChanges(cfg).Watch(ctx, uint64(first-1))
+	defer s.Close()
+	var sizes []int
+	var lastRev uint64
+	for got := 0; got < perRev*revs; {
+		r := next(t, s)
+		if r.End != nil {
+			t.Fatalf("the watch ended: %v", r.End)
+		}
+		if len(r.Changes) == 0 {
+			continue
+		}
+		if r.Changes[0].Rev == lastRev {
+			t.Fatalf("revision %d split across Responses", lastRev)
+		}
+		sizes = append(sizes, len(r.Changes))
+		got += len(r.Changes)
+		lastRev = r.Changes[len(r.Changes)-1].Rev
+		for _, ch := range r.Changes {
+			switch {
+			case ch.Rev == heldRev && (ch.Held != held || ch.Object != nil):
+				t.Fatalf("a put the cache holds: Held %p, Object %v; want the cache's object %p and nothing read", ch.Held, ch.Object, held)
+			case ch.Rev != heldRev && (ch.Held != nil || ch.Object == nil):
+				t.Fatalf("a put the cache does not hold: Held %p, Object %v; want it read", ch.Held, ch.Object)
+			}
+		}
+	}
+	// 1,000 changes end inside a revision: each Response takes the rest of it.
+	if want := []int{1080, 1080, 240}; !slices.Equal(sizes, want) {
+		t.Errorf("Responses of %v changes; want %v (whole revisions, at least %d but the last)", sizes, want, decodeChunk)
+	}
+	if n, want := decoded.Load(), int64(perRev*(revs-1)); n != want {
+		t.Errorf("decoded %d values; want %d: the held revision's puts are not read", n, want)
+	}
 }

@@ -178,7 +178,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) cliflag.NamedFlagSets {
 	wc.Int64Var(&o.WarmStartRevisions, "watch-cache-warm-start-revisions", o.WarmStartRevisions,
 		"How many etcd revisions back each watch cache reaches when it starts, to fill its history from etcd's, so "+
 			"that clients resuming from a resourceVersion older than the start get events instead of 410. etcd's "+
-			"compaction bounds it too. 0 starts with an empty history, as upstream's cache does.")
+			"compaction bounds it too, and so do the history's size and budget (--watch-cache-history-budget): a start "+
+			"holds the newest revisions they take, and promises no older one. 0 starts with an empty history, as "+
+			"upstream's cache does.")
 	wc.IntVar(&o.InitialEventsConcurrency, "watch-cache-initial-events-concurrency", o.InitialEventsConcurrency,
 		"How many watches stream their initial events at once (watch-lists, and watches from resourceVersion 0), "+
 			"across every resource. The others wait their turn, first come first served. While others wait, a watch "+

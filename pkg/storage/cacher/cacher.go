@@ -75,6 +75,7 @@ func New(cfg Config) (*Cacher, error) {
 		GroupResource: cfg.GroupResource, NewListFunc: cfg.NewListFunc, Versioner: cfg.Versioner, Build: c.build,
 		Keys: cfg.KeyReader, ListPageSize: cfg.listPageSize, ListPageBytes: cfg.listPageBytes,
 		WarmStartRevisions: cfg.WarmStartRevisions, ConsistencyCheckInterval: cfg.ConsistencyCheckInterval,
+		BackfillEvents: cfg.MaxHistorySize, BackfillBytes: max(cfg.HistoryBudget, 0),
 		FreshnessTimeout: cfg.FreshnessTimeout, ProgressRequestInterval: cfg.ProgressRequestInterval,
 		Connections: cfg.Connections, Clock: cfg.Clock,
 		Sink: c.d, Objects: c.store, History: c.log, Ready: c.ready, Metrics: c.metrics.source})

@@ -190,7 +190,9 @@ func (s *Source) fill(ctx context.Context, bf *backfill) error {
 		held = n
 	}
 	defer hold(0)
-	events, err := s.replay(ctx, from, to, hold)
+	// What the backfill cannot hold it does not promise: a watch from
+	// below what it kept gets 410 at once, not a wait and then a 410.
+	events, from, err := s.replay(ctx, from, to, hold, func(from uint64) { bf.from.Store(from) })
 	if err != nil {
 		return err
 	}
@@ -278,20 +280,23 @@ func (s *Source) Backfilled() <-chan struct{} {
 
 // replay builds the events from from to to: the state at from, then every
 // revision after it up to to, each event with the object it replaced. It
-// tells hold how many events it holds as it goes.
-func (s *Source) replay(ctx context.Context, from, to uint64, hold func(events int)) ([]*fanout.Event, error) {
+// holds the newest revisions within BackfillEvents and BackfillBytes, and
+// returns them with the revision they follow, which raise is told of as it
+// rises. It tells hold how many events it holds as it goes.
+func (s *Source) replay(ctx context.Context, from, to uint64, hold func(events int),
+	raise func(from uint64)) ([]*fanout.Event, uint64, error) {
 	objs, _, err := s.listAt(ctx, from, true)
 	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-		return nil, fmt.Errorf("listing at %d: %w", from, errOvertaken)
+		return nil, 0, fmt.Errorf("listing at %d: %w", from, errOvertaken)
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	kept := replayed{maxEvents: s.cfg.BackfillEvents, maxBytes: s.cfg.BackfillBytes, from: from}
 	state := make(map[string]*object.Object, len(objs))
 	for _, o := range objs {
 		state[o.Key] = o
 	}
-	var events []*fanout.Event
 	now := s.cfg.Clock.Now().UnixNano()
 	// last is the newest revision replayed: etcd's client can deliver a
 	// revision again (etcd-io/etcd#20221), and one applied twice would be
@@ -327,7 +332,7 @@ func (s *Source) replay(ctx context.Context, from, to uint64, hold func(events i
 			e.Type = watch.Modified
 			state[ch.Key] = o
 		}
-		events = append(events, e)
+		kept.add(e)
 		return nil
 	}
 	handle := func(r Response) (End, bool) {
@@ -346,9 +351,12 @@ func (s *Source) replay(ctx context.Context, from, to uint64, hold func(events i
 				}
 			}
 			last = max(last, rev[0].Rev)
+			if kept.trim() {
+				raise(kept.from)
+			}
 			return nil
 		})
-		hold(len(events))
+		hold(kept.len())
 		switch {
 		case errors.Is(err, errBackfilled):
 			return End{Err: errBackfilled}, true
@@ -390,12 +398,60 @@ func (s *Source) replay(ctx context.Context, from, to uint64, hold func(events i
 	end := s.f.watch(ctx, from, nil, asked, handle, func() {}, position, true)
 	switch {
 	case end.Reason == EndCompacted:
-		return nil, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, errOvertaken)
+		return nil, 0, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, errOvertaken)
 	case !errors.Is(end.Err, errBackfilled):
-		return nil, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, end)
+		return nil, 0, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, end)
 	}
-	return events, nil
+	return kept.events(), kept.from, nil
 }
+
+// replayed is what a replay holds: the newest whole revisions within
+// maxEvents and maxBytes (0 is no bound), counted as the log counts them,
+// which would drop the older ones anyway (history.Log.Prepend). Holding
+// them all held every event of a backfill, at a million objects written 128
+// to a revision all the objects' events, while the log took 100,000.
+type replayed struct {
+	maxEvents int
+	maxBytes  int64
+	// held are the events, the oldest dropped ones before start.
+	held  []*fanout.Event
+	start int
+	bytes int64
+	// from is the revision the events follow: the replay's start, then
+	// the last revision dropped.
+	from uint64
+}
+
+func (r *replayed) add(e *fanout.Event) {
+	r.held = append(r.held, e)
+	r.bytes += e.Size()
+}
+
+func (r *replayed) len() int { return len(r.held) - r.start }
+
+// trim drops the oldest whole revisions beyond the bounds, and reports
+// whether it dropped any. Call it between revisions.
+func (r *replayed) trim() bool {
+	dropped := false
+	for r.len() > 0 && ((r.maxEvents > 0 && r.len() > r.maxEvents) || (r.maxBytes > 0 && r.bytes > r.maxBytes)) {
+		rev := r.held[r.start].Rev
+		for r.start < len(r.held) && r.held[r.start].Rev == rev {
+			r.bytes -= r.held[r.start].Size()
+			r.held[r.start] = nil
+			r.start++
+		}
+		r.from, dropped = rev, true
+	}
+	// Keep the dropped slots from pinning the array's growth.
+	if r.start > len(r.held)/2 {
+		r.held = append([]*fanout.Event(nil), r.held[r.start:]...)
+		r.start = 0
+	}
+	return dropped
+}
+
+// events returns the events held, oldest first.
+func (r *replayed) events() []*fanout.Event { return r.held[r.start:] }
 
 // warmStartFrom returns the revision a backfill up to to starts from, or
 // 0 when there is nothing to fill.

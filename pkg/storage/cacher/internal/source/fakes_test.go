@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -190,8 +191,10 @@ type fakeCache struct {
 	// revisions holds how many events each Process call had.
 	revisions []int
 	endings   []string
-	// prepended receives what each PrependHistory was given.
-	prepended chan []*fanout.Event
+	// prepended receives what each PrependHistory was given, and
+	// prependedFrom the revision it said the events follow.
+	prepended     chan []*fanout.Event
+	prependedFrom atomic.Uint64
 }
 
 func newFakeCache() *fakeCache {
@@ -230,7 +233,8 @@ func (c *fakeCache) Progress(rv uint64) {
 	c.head = max(c.head, rv)
 }
 
-func (c *fakeCache) PrependHistory(events []*fanout.Event, _, _, _ uint64) bool {
+func (c *fakeCache) PrependHistory(events []*fanout.Event, from, _, _ uint64) bool {
+	c.prependedFrom.Store(from)
 	c.prepended <- events
 	return true
 }

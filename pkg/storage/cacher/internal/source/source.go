@@ -89,6 +89,11 @@ type Config struct {
 	// WarmStartRevisions is how far back a warm start fills the history;
 	// 0 or less does not (backfill.go).
 	WarmStartRevisions int64
+	// BackfillEvents and BackfillBytes bound what a backfill holds, as
+	// they bound the log it fills (its MaxSize and Budget); 0 is no bound.
+	// Beyond them it keeps the newest revisions and promises no older one.
+	BackfillEvents int
+	BackfillBytes  int64
 	// ConsistencyCheckInterval is how often the cache is compared with
 	// etcd, if Keys is set; 0 or less never.
 	ConsistencyCheckInterval time.Duration

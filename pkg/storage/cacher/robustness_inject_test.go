@@ -23,9 +23,9 @@ func TestRobustnessCatchesInjectedBugs(t *testing.T) {
 		profile rbProfileSpec
 		plan    failpointPlan
 		// config, if set, changes ours' Config after the plan's options.
-		config  func(*Config)
-		seeds   []uint64
-		caught  func(watchcheck.Violations) int
+		config func(*Config)
+		seeds  []uint64
+		caught func(watchcheck.Violations) int
 	}{
 		{fault: inject.DropLastOfRevision, profile: profileNamed("transactions"),
 			caught: func(v watchcheck.Violations) int { return v.Atomic + v.Reliable }},

@@ -6,7 +6,7 @@ BIN := bin
 # Tests start real etcd and servers; two cores want few packages at once.
 TEST_FLAGS ?= -count=1 -p 2 -timeout 45m
 
-.PHONY: all build image runc run kubectl kube-apiserver test test-unit test-race test-inject test-integration test-faults test-examples fuzz chaos soak robustness generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-watchlist-writes bench-read-after-write bench-serve bench-serve-aggregated bench-gates clean
+.PHONY: all build image runc run kubectl kube-apiserver test test-unit test-race test-inject test-integration test-faults test-examples test-bench fuzz chaos soak robustness generate verify bench bench-store bench-http bench-agents bench-scale bench-lists bench-memory bench-million bench-watchlist-writes bench-read-after-write bench-serve bench-serve-aggregated bench-gates clean
 
 all: build
 
@@ -49,8 +49,9 @@ kube-apiserver:
 ## a bounded run of its randomized robustness profiles, the bugs of issue 56
 ## put back and caught, and the fault suite: every scenario against our
 ## server, leader loss, replica killed and the rolling restart against the
-## upstream-wired one too, and two injected bugs the harness must catch.
-test: test-unit test-race test-inject test-integration test-faults test-examples
+## upstream-wired one too, two injected bugs the harness must catch, and,
+## last, bench-million's smoke run.
+test: test-unit test-race test-inject test-integration test-faults test-examples test-bench
 
 test-unit:
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -v -e /test/integration -e /test/faults -e /pkg/storage/cacher)
@@ -84,6 +85,14 @@ test-examples:
 	cd hack/promql && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/image && $(GO) test $(TEST_FLAGS) ./...
 	cd hack/cpuowners && $(GO) test $(TEST_FLAGS) ./...
+
+# The smoke run of bench-million: 20,000 objects, both servers, one round, every
+# phase cut short. It checks that the harness works (the load, what the server
+# stores, each server's turn, every figure), not a figure (about 45 s).
+test-bench:
+	cd test/bench && MILLION_OBJECTS=20000 MILLION_IMPLS=ours,upstream MILLION_ALT= MILLION_ROUNDS=1 \
+	  MILLION_STEADY_SECONDS=2 MILLION_LIST_REPEATS=1 MILLION_WATCHLISTS=2 MILLION_WRITES_ALONE=100 \
+	  $(GO) test -count=1 -run '^$$' -bench '^BenchmarkMillion$$' -benchtime=1x -timeout 10m .
 
 ## fuzz: hostile reads (test/fuzz) against an in-process server, FUZZTIME per target (10m);
 ## the seed corpus runs in make test. A crasher lands in test/fuzz/testdata/fuzz: commit it.
@@ -207,6 +216,18 @@ bench-lists:
 MEMORY_ROUNDS ?= 3
 bench-memory:
 	$(call turns-bench,BenchmarkObjectMemory,MEMORY,60m)
+
+## bench-million: issue 66's measure at a million objects (docs/benchmarks.md, A million objects):
+## MILLION_OBJECTS (1,000,000) Assignments of MILLION_BYTES (1024) bytes of JSON written straight into one
+## etcd, MILLION_PER_REVISION (128; 1 writes one a revision) to a transaction, then each server in turn over
+## it, put back as loaded: cold start and warm restart (/readyz, first list at 0, peak RSS and heap), the
+## steady RSS and heap MILLION_STEADY_SECONDS (120) after ready beside 100 writes/s, full lists (one request,
+## gzip or not, at 0, pages of 500 as Tables and JSON: time and CPU), selectors, MILLION_WATCHLISTS (10)
+## watch-lists and 8 full lists at once (RSS added, writes' p99 beside), for MILLION_ROUNDS rounds (1; 3 at
+## 300,000). MILLION_IMPLS, MILLION_ALT=path,… pick the servers. Never both servers at once: memory.
+MILLION_ROUNDS ?= 1
+bench-million:
+	$(call turns-bench,BenchmarkMillion,MILLION,300m)
 
 ## bench-watchlist-writes: the writes' p99 beside 100 concurrent watch-lists of 10,000 objects, against
 ## the same writes alone, our server and upstream's taking turns over one etcd loaded once, for

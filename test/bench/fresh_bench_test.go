@@ -98,7 +98,7 @@ func BenchmarkReadAfterWrite(b *testing.B) {
 		b.ReportMetric(ms(percentile(deliveries, 0.99)), "delivery-p99-ms")
 		b.ReportMetric(float64(len(deliveries))/float64(writes*watchers), "delivered-fraction")
 	}, func(ctx context.Context, b *testing.B) {
-		if _, err := l.etcd.Delete(ctx, "/registry/fleet.example.com/assignments/fresh/", clientv3.WithPrefix()); err != nil {
+		if _, err := l.etcd.Delete(ctx, assignmentsKey+"fresh/", clientv3.WithPrefix()); err != nil {
 			b.Fatal(err)
 		}
 	})

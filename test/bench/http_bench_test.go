@@ -54,8 +54,12 @@ func start(b *testing.B, bin string, args ...string) *testkit.Process {
 // startEtcd starts a one-member etcd under dir with extra flags, and
 // returns its client URL.
 func startEtcd(b *testing.B, dir string, extra ...string) string {
-	c := testkit.StartEtcd(b, testkit.EtcdConfig{Bin: filepath.Join(build(b), "etcd"), Dir: filepath.Join(dir, "etcd"), Members: 1, Extra: extra})
-	return c.Endpoints()[0]
+	return startEtcdCluster(b, dir, extra...).Endpoints()[0]
+}
+
+// startEtcdCluster is startEtcd, returning the member's process too.
+func startEtcdCluster(b *testing.B, dir string, extra ...string) *testkit.EtcdCluster {
+	return testkit.StartEtcd(b, testkit.EtcdConfig{Bin: filepath.Join(build(b), "etcd"), Dir: filepath.Join(dir, "etcd"), Members: 1, Extra: extra})
 }
 
 // procStats reads a process's CPU time and resident memory from /proc.

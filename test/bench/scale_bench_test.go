@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -120,7 +121,7 @@ func runScale(b *testing.B, impl string, sz scaleSize) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	base := cfg.Host + "/apis/fleet.example.com/v1beta1/assignments"
+	base := cfg.Host + assignmentsPath
 	// The empty server's heap is in every figure an object below; at
 	// 10,000 objects it is up to two fifths of them. drained-above-empty
 	// takes it out: what the cache holds an object.
@@ -201,8 +202,15 @@ func saveHeapProfile(ctx context.Context, b *testing.B, hc *http.Client, host, e
 // listKind is one kind of list a benchmark times.
 type listKind struct {
 	name, query, accept, version string
+	// encoding is the Accept-Encoding asked for: gzip, as client-go's
+	// transport asks, unless set ("identity" asks for none).
+	encoding string
 	// repeats is 20 unless set: a list that decodes every object takes long.
 	repeats int
+	// mayFail counts a list that fails in list-<name>-failed instead of
+	// failing the benchmark: at a million objects a list can end on the
+	// request timeout, and the figures of the rest are still wanted.
+	mayFail bool
 }
 
 // url is base at the kind's version.
@@ -235,13 +243,28 @@ func reportListLatencies(ctx context.Context, b *testing.B, hc *http.Client, bas
 		var wire int64
 		u := l.url(base)
 		repeats := cmp.Or(l.repeats, 20)
+		failed := 0
 		cpu0, _ := procStats(b, pid)
 		for range repeats {
 			t0 := time.Now()
-			wire = listAll(ctx, b, hc, u, l.query, cmp.Or(l.accept, "application/json"))
+			n, err := tryListAll(ctx, hc, u, l.query, cmp.Or(l.accept, "application/json"), cmp.Or(l.encoding, "gzip"))
 			took = append(took, time.Since(t0))
+			switch {
+			case err == nil:
+				wire = n
+			case !l.mayFail:
+				b.Fatal(err)
+			default:
+				if failed == 0 {
+					b.Logf("list-%s failed after %v: %v", l.name, took[len(took)-1], err)
+				}
+				failed++
+			}
 		}
 		cpu1, _ := procStats(b, pid)
+		if l.mayFail {
+			b.ReportMetric(float64(failed), "list-"+l.name+"-failed")
+		}
 		b.ReportMetric(ms(percentile(took, 0.5)), "list-"+l.name+"-p50-ms")
 		b.ReportMetric(ms(percentile(took, 0.99)), "list-"+l.name+"-p99-ms")
 		b.ReportMetric(ms(took[0]), "list-"+l.name+"-first-ms")
@@ -379,10 +402,15 @@ func waitNoEncodings(ctx context.Context, b *testing.B, hc *http.Client, host st
 // end: until the cache's history_events gauge is above 0 and has not moved
 // for 2 s. Upstream's cache, which has no such gauge, fills no history.
 func waitHistoryFilled(ctx context.Context, b *testing.B, hc *http.Client, host string) {
+	waitHistoryFilledWithin(ctx, b, hc, host, 2*time.Minute)
+}
+
+// waitHistoryFilledWithin is waitHistoryFilled failing after within.
+func waitHistoryFilledWithin(ctx context.Context, b *testing.B, hc *http.Client, host string, within time.Duration) {
 	const gauge = `cached_apiserver_watch_cache_history_events{group="fleet.example.com",resource="assignments"} `
 	var last string
 	var since time.Time
-	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
 		v, found := "", false
 		for _, line := range strings.Split(string(get(ctx, b, hc, host+"/metrics")), "\n") {
 			if rest, ok := strings.CutPrefix(line, gauge); ok {
@@ -398,27 +426,46 @@ func waitHistoryFilled(ctx context.Context, b *testing.B, hc *http.Client, host 
 		}
 		return v != "0" && time.Since(since) >= 2*time.Second, nil
 	}); err != nil {
-		b.Fatalf("the history did not settle within 2 minutes: %s events", last)
+		b.Fatalf("the history did not settle within %v: %s events", within, last)
 	}
 }
 
 func get(ctx context.Context, b *testing.B, hc *http.Client, url string) []byte {
+	body, err := tryGet(ctx, hc, url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return body
+}
+
+// tryGet is get, returning what failed: an error, or an answer but 200.
+func tryGet(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	resp, err := hc.Do(req)
 	if err != nil {
-		b.Fatal(err)
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != http.StatusOK {
-		b.Fatalf("GET %s: %d %v %.200s", url, resp.StatusCode, err, body)
+		return body, fmt.Errorf("GET %s: %d %v %.200s", url, resp.StatusCode, err, body)
 	}
-	return body
+	return body, nil
 }
 
 // listAll lists with query, following continue tokens, and discards the
 // bytes: the client decodes nothing, so that the 2 cores go to the server.
 func listAll(ctx context.Context, b *testing.B, hc *http.Client, base, query, accept string) (wire int64) {
+	wire, err := tryListAll(ctx, hc, base, query, accept, "gzip")
+	if err != nil {
+		b.Fatal(err)
+	}
+	return wire
+}
+
+// tryListAll is listAll asking for the Accept-Encoding encoding, returning
+// what failed.
+func tryListAll(ctx context.Context, hc *http.Client, base, query, accept, encoding string) (wire int64, err error) {
 	cont := ""
 	for {
 		url := base + "?" + query
@@ -427,37 +474,46 @@ func listAll(ctx context.Context, b *testing.B, hc *http.Client, base, query, ac
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		req.Header.Set("Accept", accept)
-		// Asked for, as the transport would, so that it hands the body on
-		// compressed and the bytes on the wire can be counted.
-		req.Header.Set("Accept-Encoding", "gzip")
+		// Set, as the transport would set gzip, so that it hands the body
+		// on compressed and the bytes on the wire can be counted.
+		req.Header.Set("Accept-Encoding", encoding)
 		resp, err := hc.Do(req)
 		if err != nil {
-			b.Fatal(err)
+			return wire, err
 		}
-		counted := &countingReader{r: resp.Body}
-		body := io.Reader(counted)
-		if resp.Header.Get("Content-Encoding") == "gzip" {
-			if body, err = gzip.NewReader(counted); err != nil {
-				b.Fatalf("GET %s: %v", url, err)
-			}
+		var n int64
+		cont, n, err = readList(resp)
+		wire += n
+		if err != nil {
+			return wire, fmt.Errorf("GET %s: %w", url, err)
 		}
-		if resp.StatusCode != http.StatusOK {
-			msg, _ := io.ReadAll(body)
-			b.Fatalf("GET %s: %d %.300s", url, resp.StatusCode, msg)
-		}
-		// The continue token is in the list's metadata, before the items.
-		br := bufio.NewReaderSize(body, 64<<10)
-		head, _ := br.Peek(4096)
-		cont = continueToken(head)
-		if _, err := io.Copy(io.Discard, br); err != nil {
-			b.Fatalf("GET %s: %v", url, err)
-		}
-		resp.Body.Close()
-		wire += counted.n
 		if cont == "" {
-			return wire
+			return wire, nil
 		}
 	}
+}
+
+// readList reads and discards a list's response, and returns its continue
+// token and the bytes read off the wire.
+func readList(resp *http.Response) (cont string, wire int64, err error) {
+	defer resp.Body.Close()
+	counted := &countingReader{r: resp.Body}
+	body := io.Reader(counted)
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		if body, err = gzip.NewReader(counted); err != nil {
+			return "", counted.n, err
+		}
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(body)
+		return "", counted.n, fmt.Errorf("%d %.300s", resp.StatusCode, msg)
+	}
+	// The continue token is in the list's metadata, before the items.
+	br := bufio.NewReaderSize(body, 64<<10)
+	head, _ := br.Peek(4096)
+	cont = continueToken(head)
+	_, err = io.Copy(io.Discard, br)
+	return cont, counted.n, err
 }
 
 func continueToken(head []byte) string {
@@ -476,23 +532,39 @@ func continueToken(head []byte) string {
 
 // concurrentListsRSS runs n full consistent lists at once and returns how
 // much they raised the server's peak RSS (VmHWM, reset first), and the
-// time until the last one was read.
+// time until the last one was read. A list that fails fails the benchmark.
 func concurrentListsRSS(ctx context.Context, b *testing.B, hc *http.Client, base string, pid, n int) (int64, time.Duration) {
+	added, took, errs := tryConcurrentListsRSS(ctx, b, hc, base, pid, n)
+	if len(errs) > 0 {
+		b.Fatal(errors.Join(errs...))
+	}
+	return added, took
+}
+
+// tryConcurrentListsRSS is concurrentListsRSS returning the errors of the
+// lists that failed.
+func tryConcurrentListsRSS(ctx context.Context, b *testing.B, hc *http.Client, base string, pid, n int) (int64, time.Duration, []error) {
+	before := resetPeakRSS(b, pid)
+	t0 := time.Now()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			_, errs[i] = tryListAll(ctx, hc, base, "", "application/json", "gzip")
+		})
+	}
+	wg.Wait()
+	return peakRSS(b, pid) - before, time.Since(t0), slices.DeleteFunc(errs, func(err error) bool { return err == nil })
+}
+
+// resetPeakRSS resets the peak RSS of process pid (VmHWM) to its RSS, and
+// returns that.
+func resetPeakRSS(b *testing.B, pid int) int64 {
 	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
 		b.Fatalf("resetting the peak RSS: %v", err)
 	}
-	_, before := procStats(b, pid)
-	t0 := time.Now()
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			listAll(ctx, b, hc, base, "", "application/json")
-		}()
-	}
-	wg.Wait()
-	return peakRSS(b, pid) - before, time.Since(t0)
+	_, rss := procStats(b, pid)
+	return rss
 }
 
 func peakRSS(b *testing.B, pid int) int64 {
@@ -520,6 +592,14 @@ type watchListOpts struct {
 	etcdURL string
 	// kubeconfig is the server's, for the writer process.
 	kubeconfig string
+	// aloneWrites is how many writes are timed alone, before the
+	// watch-lists: 2,000 unless set.
+	aloneWrites int
+	// mayClose counts a watch-list that ends before its initial events in
+	// watchlist-closed, instead of failing the benchmark, and leaves it out
+	// of the times: upstream's cache closes a watcher whose buffer, about a
+	// second of events, the writes filled while it sent the initial events.
+	mayClose bool
 	// version is the API version the watch-lists ask for: "" is base's,
 	// the storage version, whose objects ours sends as they are cached;
 	// another one is converted and encoded for the watchers.
@@ -533,7 +613,7 @@ func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 	// The writer is another client, as a controller would be: a process
 	// of its own (writer_process_test.go), with its own connection.
 	writes := func(stop <-chan struct{}, max int) []time.Duration {
-		return writesFrom(ctx, b, opts.kubeconfig, stop, max)
+		return writesFrom(ctx, b, opts.kubeconfig, stop, max, nil)
 	}
 	// Writes in the first seconds after a start are slower, while the
 	// start's garbage is collected (p99 up to 40 ms within 30 s of a
@@ -548,16 +628,20 @@ func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 	// between repeats.
 	probes := newProbes(b, cfg, opts.etcdURL)
 	stopAlone := make(chan struct{})
-	reportAlone := probes.run(ctx, "alone", stopAlone, 2000)
-	alone := writes(nil, 2000)
+	aloneWrites := cmp.Or(opts.aloneWrites, 2000)
+	reportAlone := probes.run(ctx, "alone", stopAlone, aloneWrites)
+	alone := writes(nil, aloneWrites)
 	close(stopAlone)
 	reportAlone()
 
 	stop := make(chan struct{})
 	during := make(chan []time.Duration, 1)
-	go func() { during <- writes(stop, 60*100) }()
+	// Until the watch-lists end, however long they take (minutes at a
+	// million objects).
+	go func() { during <- writes(stop, 1<<30) }()
 	reportDuring := probes.run(ctx, "during", stop, 60*100)
 	var wg sync.WaitGroup
+	var closed atomic.Int64
 	ends := make([]time.Duration, opts.clients)
 	// wire is what each watch-list read off the connection, compressed,
 	// until its initial-events-end.
@@ -598,15 +682,21 @@ func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 				}
 			}
 			br := bufio.NewReaderSize(body, 1<<20)
+			var last []byte
 			for {
 				line, err := br.ReadSlice('\n')
 				if err == bufio.ErrBufferFull {
 					continue
 				}
-				if err != nil {
-					b.Errorf("watch-list %d ended before its initial events: %v", i, err)
+				if err != nil && opts.mayClose {
+					closed.Add(1)
 					return
 				}
+				if err != nil {
+					b.Errorf("watch-list %d ended before its initial events: %v; last read: %.300s", i, err, last)
+					return
+				}
+				last = append(last[:0], line...)
 				if bytes.Contains(line, []byte(`"k8s.io/initial-events-end":"true"`)) {
 					ends[i] = time.Since(t0)
 					return
@@ -618,8 +708,14 @@ func watchListRun(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.
 	close(stop)
 	duringTook := <-during
 	reportDuring()
-	b.ReportMetric(ms(percentile(ends, 0.5)), "watchlist-end-p50-ms")
-	b.ReportMetric(ms(percentile(ends, 1)), "watchlist-end-max-ms")
+	if opts.mayClose {
+		b.ReportMetric(float64(closed.Load()), "watchlist-closed")
+		ends = slices.DeleteFunc(ends, func(d time.Duration) bool { return d == 0 })
+	}
+	if len(ends) > 0 {
+		b.ReportMetric(ms(percentile(ends, 0.5)), "watchlist-end-p50-ms")
+		b.ReportMetric(ms(percentile(ends, 1)), "watchlist-end-max-ms")
+	}
 	slices.Sort(wire)
 	b.ReportMetric(float64(wire[len(wire)/2])/(1<<20), "watchlist-wire-MiB")
 	b.ReportMetric(ms(percentile(alone, 0.99)), "writes-alone-p99-ms")

@@ -43,7 +43,7 @@ func BenchmarkWatchListWrites(b *testing.B) {
 	}, func(ctx context.Context, b *testing.B) {
 		// The next server streams the same objects: without this, each
 		// run's writes would add to every later run's watch-lists.
-		if _, err := l.etcd.Delete(ctx, "/registry/fleet.example.com/assignments/writes/", clientv3.WithPrefix()); err != nil {
+		if _, err := l.etcd.Delete(ctx, assignmentsKey+"writes/", clientv3.WithPrefix()); err != nil {
 			b.Fatal(err)
 		}
 	})
@@ -67,18 +67,29 @@ type loaded struct {
 // <prefix>_ROUNDS (3) rounds of the servers <prefix>_IMPLS and <prefix>_ALT
 // pick (serverBinaries).
 func newLoaded(b *testing.B, prefix string, objects int) *loaded {
-	l := &loaded{dir: b.TempDir(), objects: testkit.EnvInt(prefix+"_OBJECTS", objects), payload: testkit.EnvInt(prefix+"_PAYLOAD", 1024),
-		rounds: testkit.EnvInt(prefix+"_ROUNDS", 3), impls: serverBinaries(b, prefix+"_IMPLS", prefix+"_ALT")}
+	l := newUnloaded(b, prefix, objects)
 	l.etcdURL = startScaleEtcd(b, l.dir)
-	var err error
-	if l.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{l.etcdURL}, DialTimeout: 10 * time.Second}); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { l.etcd.Close() })
+	l.etcd = etcdClient(b, l.etcdURL)
 	s, cfg := l.server(b, "load", l.impls[0].bin)
 	load(context.Background(), b, versioned.NewForConfigOrDie(cfg), scaleSize{objects: l.objects, payload: l.payload})
 	s.stop(b)
 	return l
+}
+
+// newUnloaded is newLoaded's sizes and servers, before any etcd runs.
+func newUnloaded(b *testing.B, prefix string, objects int) *loaded {
+	return &loaded{dir: b.TempDir(), objects: testkit.EnvInt(prefix+"_OBJECTS", objects), payload: testkit.EnvInt(prefix+"_PAYLOAD", 1024),
+		rounds: testkit.EnvInt(prefix+"_ROUNDS", 3), impls: serverBinaries(b, prefix+"_IMPLS", prefix+"_ALT")}
+}
+
+// etcdClient is a client of the etcd at url, closed when the benchmark ends.
+func etcdClient(b *testing.B, url string) *clientv3.Client {
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	return c
 }
 
 // server starts bin over the loaded etcd, keeping its files under impl's
@@ -90,32 +101,47 @@ func (l *loaded) server(b *testing.B, impl, bin string) (*scaleServer, *rest.Con
 }
 
 // takeTurns runs each server over the loaded etcd in turn, for the
-// rounds: run measures it once its cache holds every object, and after, if
-// set, cleans up once it stopped. Repeated names get go test's #01, #02
-// suffixes, which benchtable reads as repeats of one scenario.
+// rounds (eachTurn): run measures it once its cache holds every object,
+// and after, if set, cleans up once it stopped.
 func (l *loaded) takeTurns(b *testing.B,
 	run func(ctx context.Context, b *testing.B, cfg *rest.Config, hc *http.Client, base string, s *scaleServer),
 	after func(ctx context.Context, b *testing.B)) {
+	l.eachTurn(b, func(b *testing.B, impl serverBinary) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		s, cfg := l.server(b, impl.name, impl.bin)
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		base := cfg.Host + assignmentsPath
+		waitCacheReady(ctx, b, hc, base, l.objects)
+		run(ctx, b, cfg, hc, base, s)
+		s.stop(b)
+		if after != nil {
+			after(ctx, b)
+		}
+	})
+}
+
+// eachTurn runs turn for each server, for the rounds, as a sub-benchmark
+// impl=<name> of b: repeated names get go test's #01, #02 suffixes, which
+// benchtable reads as repeats of one scenario.
+func (l *loaded) eachTurn(b *testing.B, turn func(b *testing.B, impl serverBinary)) {
 	for range l.rounds {
 		for _, impl := range l.impls {
 			b.Run("impl="+impl.name, func(b *testing.B) {
 				for range b.N {
-					ctx, cancel := context.WithCancel(context.Background())
-					defer cancel()
-					s, cfg := l.server(b, impl.name, impl.bin)
-					hc, err := rest.HTTPClientFor(cfg)
-					if err != nil {
-						b.Fatal(err)
-					}
-					base := cfg.Host + "/apis/fleet.example.com/v1beta1/assignments"
-					waitCacheReady(ctx, b, hc, base, l.objects)
-					run(ctx, b, cfg, hc, base, s)
-					s.stop(b)
-					if after != nil {
-						after(ctx, b)
-					}
+					turn(b, impl)
 				}
 			})
 		}
 	}
 }
+
+// assignmentsPath is the Assignments of every namespace, at the storage
+// version; assignmentsKey is where etcd holds them.
+const (
+	assignmentsPath = "/apis/fleet.example.com/v1beta1/assignments"
+	assignmentsKey  = "/registry/fleet.example.com/assignments/"
+)

@@ -71,8 +71,6 @@ func writeEvery10ms(kubeconfig string, stdin io.Reader, stdout io.Writer) error 
 		_, _ = io.Copy(io.Discard, stdin)
 		close(stop)
 	}()
-	out := bufio.NewWriter(stdout)
-	defer out.Flush()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	ctx := context.Background()
@@ -88,14 +86,18 @@ func writeEvery10ms(kubeconfig string, stdin io.Reader, stdout io.Writer) error 
 		if _, err := client.FleetV1beta1().Assignments("writes").Create(ctx, a, metav1.CreateOptions{}); err != nil {
 			return err
 		}
-		fmt.Fprintln(out, time.Since(t0).Nanoseconds())
+		// Unbuffered, so that the parent knows when the writes began.
+		if _, err := fmt.Fprintln(stdout, time.Since(t0).Nanoseconds()); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
 // writesFrom runs a writer process against the server behind kubeconfig
 // until it made max writes or stop closes, and returns each write's time.
-func writesFrom(ctx context.Context, b *testing.B, kubeconfig string, stop <-chan struct{}, max int) []time.Duration {
+// It closes writing, if set, once the first write is made.
+func writesFrom(ctx context.Context, b *testing.B, kubeconfig string, stop <-chan struct{}, max int, writing chan<- struct{}) []time.Duration {
 	var stderr bytes.Buffer
 	child := testkit.StartChild(b, &stderr, writerKubeconfig+"="+kubeconfig, writerMax+"="+strconv.Itoa(max))
 	done := make(chan struct{})
@@ -116,6 +118,9 @@ func writesFrom(ctx context.Context, b *testing.B, kubeconfig string, stop <-cha
 			b.Fatalf("writer process: %q", lines.Text())
 		}
 		took = append(took, time.Duration(ns))
+		if writing != nil && len(took) == 1 {
+			close(writing)
+		}
 	}
 	if err := child.Cmd.Wait(); err != nil {
 		b.Fatalf("writer process: %v: %s", err, testkit.Tail(stderr.Bytes(), 2000))

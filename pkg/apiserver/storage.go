@@ -36,6 +36,9 @@ type WatchCacheOptions struct {
 	// InitialEventsConcurrency bounds how many watches stream initial events
 	// at once, across every resource; 0 is no bound. See gate.InitialEvents.
 	InitialEventsConcurrency int
+	// Compression is how each cache keeps its objects at rest; see
+	// cacher.Compression. Empty is off.
+	Compression cacher.Compression
 	// Shutdown begins when the server begins to shut down; see cacher.Shutdown.
 	Shutdown *cacher.Shutdown
 	// Sizes are --watch-cache-sizes, parsed. As upstream, a size of 0 turns
@@ -94,6 +97,7 @@ func cacheConfig(o WatchCacheOptions) cacher.Config {
 		ConsistencyCheckInterval: checkInterval,
 		WarmStartRevisions:       warmStart,
 		HistoryBudget:            budget,
+		Compression:              o.Compression,
 		Shutdown:                 o.Shutdown,
 		// The storage codec's serializers are Codecs', made from Scheme.
 		Scheme:        Scheme,

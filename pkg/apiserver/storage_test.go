@@ -18,9 +18,9 @@ func TestCacheConfig(t *testing.T) {
 		want cacher.Config
 	}{
 		{"set", WatchCacheOptions{ConsistencyCheckInterval: 42 * time.Second, WarmStartRevisions: 7, HistoryBudget: 64 << 20,
-			ConsistentReadFallback: true, Shutdown: shutdown, InitialEventsConcurrency: 2},
+			ConsistentReadFallback: true, Shutdown: shutdown, InitialEventsConcurrency: 2, Compression: cacher.CompressionS2},
 			cacher.Config{ConsistencyCheckInterval: 42 * time.Second, WarmStartRevisions: 7, HistoryBudget: 64 << 20,
-				ConsistentReadFallback: true, Shutdown: shutdown}},
+				ConsistentReadFallback: true, Shutdown: shutdown, Compression: cacher.CompressionS2}},
 		{"off", WatchCacheOptions{},
 			cacher.Config{ConsistencyCheckInterval: -1, WarmStartRevisions: -1, HistoryBudget: -1}},
 	} {
@@ -28,10 +28,11 @@ func TestCacheConfig(t *testing.T) {
 			got := cacheConfig(tc.in)
 			if got.ConsistencyCheckInterval != tc.want.ConsistencyCheckInterval || got.WarmStartRevisions != tc.want.WarmStartRevisions ||
 				got.HistoryBudget != tc.want.HistoryBudget || got.ConsistentReadFallback != tc.want.ConsistentReadFallback ||
-				got.Shutdown != tc.want.Shutdown {
-				t.Errorf("check %v, warm start %d, budget %d, fallback %v, shutdown %p; want %v, %d, %d, %v, %p",
-					got.ConsistencyCheckInterval, got.WarmStartRevisions, got.HistoryBudget, got.ConsistentReadFallback, got.Shutdown,
-					tc.want.ConsistencyCheckInterval, tc.want.WarmStartRevisions, tc.want.HistoryBudget, tc.want.ConsistentReadFallback, tc.want.Shutdown)
+				got.Shutdown != tc.want.Shutdown || got.Compression != tc.want.Compression {
+				t.Errorf("check %v, warm start %d, budget %d, fallback %v, shutdown %p, compression %q; want %v, %d, %d, %v, %p, %q",
+					got.ConsistencyCheckInterval, got.WarmStartRevisions, got.HistoryBudget, got.ConsistentReadFallback, got.Shutdown, got.Compression,
+					tc.want.ConsistencyCheckInterval, tc.want.WarmStartRevisions, tc.want.HistoryBudget, tc.want.ConsistentReadFallback, tc.want.Shutdown,
+					tc.want.Compression)
 			}
 			// A concurrency of 0 is no gate.
 			gates := tc.in.InitialEventsConcurrency > 0

@@ -27,9 +27,10 @@ type GzipResponse struct {
 // items of a list, may be compressed once for every list.
 type GzipItemStream interface {
 	io.Writer
-	// WriteItem writes prefix and then frame, the bytes item gives a list
-	// (listItem).
-	WriteItem(prefix []byte, item runtime.Object, frame []byte) error
+	// WriteItem writes prefix and then item's bytes as a list's item,
+	// which it reads only if it must (listItem's AppendItem): a run of
+	// items that another list compressed is sent as that list sent it.
+	WriteItem(prefix []byte, item runtime.Object) error
 	Close() error
 }
 

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"reflect"
@@ -50,9 +51,14 @@ type sharedList struct {
 var _ runtime.CacheableObject = &sharedList{}
 
 // listItem is an item that gives its bytes to a list: the watch cache's
-// objects (cacher.SharingList).
+// objects (cacher.SharingList). ListItem tells whether the item's bytes are
+// what the encoder writes for it as a list's item, and if so, the item is
+// open followed by the n bytes AppendItem appends: the bytes are read, and
+// decompressed if the cache keeps them compressed, only when written, and
+// straight into the response's buffer.
 type listItem interface {
-	ListItem(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (open, rest []byte, ok bool)
+	ListItem(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (open []byte, n int, ok bool)
+	AppendItem(dst []byte) ([]byte, error)
 }
 
 // itemsKey opens a list's items in compact JSON. It cannot occur inside a
@@ -138,11 +144,11 @@ func (l *sharedList) writeGzip(id runtime.Identifier, encode func(runtime.Object
 		if !ok {
 			return false, nil
 		}
-		open, rest, ok := li.ListItem(id, encode)
+		open, n, ok := li.ListItem(id, encode)
 		if !ok {
 			return false, nil
 		}
-		size += 1 + len(open) + len(rest)
+		size += 1 + len(open) + n
 	}
 	if size <= gzipThreshold {
 		return false, nil
@@ -164,7 +170,7 @@ func (l *sharedList) writeItems(s GzipItemStream, id runtime.Identifier, encode 
 		return err
 	}
 	for i, o := range l.Items {
-		open, rest, _ := o.(listItem).ListItem(id, encode) // each gave its bytes to writeGzip
+		open, _, _ := o.(listItem).ListItem(id, encode) // each gave its bytes to writeGzip
 		prefix := open
 		switch {
 		case i == 0:
@@ -173,7 +179,7 @@ func (l *sharedList) writeItems(s GzipItemStream, id runtime.Identifier, encode 
 		default:
 			prefix = append([]byte{','}, open...)
 		}
-		if err := s.WriteItem(prefix, o, rest); err != nil {
+		if err := s.WriteItem(prefix, o); err != nil {
 			return err
 		}
 	}
@@ -199,17 +205,25 @@ type itemWriter struct {
 
 func (iw *itemWriter) add(id runtime.Identifier, o runtime.Object) error {
 	if li, ok := o.(listItem); ok {
-		if open, rest, ok := li.ListItem(id, iw.encode); ok {
+		if open, n, ok := li.ListItem(id, iw.encode); ok {
 			if err := iw.flushChunk(); err != nil {
 				return err
 			}
 			iw.comma()
 			iw.out.Write(open)
-			iw.out.Write(rest)
+			iw.out.Grow(n)
+			item, err := li.AppendItem(iw.out.AvailableBuffer())
+			if err != nil {
+				return err
+			}
+			iw.out.Write(item)
 			return iw.flushIfFull()
 		}
-		// Its DeepCopyObject is a decoded copy.
-		o = o.DeepCopyObject()
+		// Its DeepCopyObject is a decoded copy, nil for an item the cache
+		// could not read (a corrupt one: it lists again).
+		if o = o.DeepCopyObject(); o == nil {
+			return errUnreadableItem
+		}
 	}
 	iw.chunk = append(iw.chunk, o)
 	if len(iw.chunk) == sharedListChunk {
@@ -291,7 +305,10 @@ func (l *sharedList) copyOf(items []runtime.Object) (runtime.Object, error) {
 	if items == nil {
 		items = []runtime.Object{}
 	}
-	items = decoded(items)
+	items, err := decoded(items)
+	if err != nil {
+		return nil, err
+	}
 	if err := meta.SetList(out, items); err != nil {
 		return nil, err
 	}
@@ -300,7 +317,7 @@ func (l *sharedList) copyOf(items []runtime.Object) (runtime.Object, error) {
 
 // decoded returns items with the cache's objects decoded, which the items
 // of a typed list must be.
-func decoded(items []runtime.Object) []runtime.Object {
+func decoded(items []runtime.Object) ([]runtime.Object, error) {
 	out := items
 	for i, o := range items {
 		if _, ok := o.(listItem); !ok {
@@ -309,10 +326,17 @@ func decoded(items []runtime.Object) []runtime.Object {
 		if &out[0] == &items[0] {
 			out = slices.Clone(items)
 		}
-		out[i] = o.DeepCopyObject()
+		if out[i] = o.DeepCopyObject(); out[i] == nil {
+			return nil, errUnreadableItem
+		}
 	}
-	return out
+	return out, nil
 }
+
+// errUnreadableItem is the error of a list with an item the cache could
+// not read: a compressed object whose bytes were corrupt, which the cache
+// refuses, and lists again to replace.
+var errUnreadableItem = errors.New("the watch cache could not read an item of the list; it is listing again, retry shortly")
 
 // DeepCopyObject implements runtime.Object.
 func (l *sharedList) DeepCopyObject() runtime.Object {

@@ -277,9 +277,11 @@ type bytesItem struct {
 	open, rest []byte
 }
 
-func (b bytesItem) ListItem(runtime.Identifier, func(runtime.Object, io.Writer) error) (open, rest []byte, ok bool) {
-	return b.open, b.rest, true
+func (b bytesItem) ListItem(runtime.Identifier, func(runtime.Object, io.Writer) error) (open []byte, n int, ok bool) {
+	return b.open, len(b.rest), true
 }
+
+func (b bytesItem) AppendItem(dst []byte) ([]byte, error) { return append(dst, b.rest...), nil }
 
 // itemStream is a GzipItemStream of one member that counts its items.
 type itemStream struct {
@@ -287,12 +289,16 @@ type itemStream struct {
 	items int
 }
 
-func (s *itemStream) WriteItem(prefix []byte, _ runtime.Object, frame []byte) error {
+func (s *itemStream) WriteItem(prefix []byte, item runtime.Object) error {
 	s.items++
 	if _, err := s.Write(prefix); err != nil {
 		return err
 	}
-	_, err := s.Write(frame)
+	frame, err := item.(listItem).AppendItem(nil)
+	if err != nil {
+		return err
+	}
+	_, err = s.Write(frame)
 	return err
 }
 

@@ -106,11 +106,14 @@ func TestResponsesFromBytes(t *testing.T) {
 	// from etcd, whose bytes it writes from the bytes etcd held; the
 	// first server's cache holds what its watch read.
 	listed := startServer(t, t.TempDir(), "--etcd-servers", cached.EtcdEndpoint)
+	// And one that compresses what it listed, at its first pass as it is
+	// ready (issue 67): every response is read through the records.
+	compressed := startServer(t, t.TempDir(), "--etcd-servers", cached.EtcdEndpoint, "--watch-cache-compression=s2")
 	cachedClient, plainClient := httpClient(t, cached.Config), httpClient(t, plain.Config)
 	caches := []struct {
 		url    string
 		client *http.Client
-	}{{cached.URL, cachedClient}, {listed.URL, httpClient(t, listed.Config)}}
+	}{{cached.URL, cachedClient}, {listed.URL, httpClient(t, listed.Config)}, {compressed.URL, httpClient(t, compressed.Config)}}
 	for _, version := range []string{"v1beta1", "v1alpha1"} {
 		base := "/apis/fleet.example.com/" + version + "/namespaces/" + equalityNamespace + "/assignments"
 		for _, c := range caches {

@@ -156,6 +156,7 @@ func (o *Options) watchCacheOptions(sizes map[schema.GroupResource]int) apiserve
 		ConsistencyCheckInterval: o.ConsistencyCheckInterval,
 		WarmStartRevisions:       o.WarmStartRevisions,
 		HistoryBudget:            o.HistoryBudget.Value(),
+		Compression:              cacher.Compression(o.Compression),
 		InitialEventsConcurrency: o.InitialEventsConcurrency,
 		Sizes:                    sizes,
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,6 +83,9 @@ type Options struct {
 	// InitialEventsConcurrency bounds how many watches stream their initial
 	// events at once; 0 is no bound.
 	InitialEventsConcurrency int
+	// Compression is how each resource's watch cache keeps its objects at
+	// rest: "off" or "s2" (cacher.Compression).
+	Compression string
 	// MaxWatches caps the watch requests served at once; past it a new
 	// watch gets 429 with Retry-After. 0 is no cap.
 	MaxWatches int
@@ -126,6 +130,7 @@ func NewOptions(out io.Writer) *Options {
 		MaxWatches:               apiserver.DefaultMaxWatches,
 		InitialEventsConcurrency: defaultInitialEventsConcurrency(),
 		HistoryBudget:            resource.QuantityValue{Quantity: *resource.NewQuantity(cacher.DefaultHistoryBudget, resource.BinarySI)},
+		Compression:              string(cacher.CompressionOff),
 		WatchesOffChainStack:     true,
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
@@ -194,6 +199,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) cliflag.NamedFlagSets {
 			"quantity (512Mi). Past it the oldest events leave even inside the history window, and a watch from their "+
 			"resourceVersions gets 410 Gone. It bounds what a resource of large objects written fast may hold within "+
 			"the 75s window. 0 is no budget.")
+	wc.StringVar(&o.Compression, "watch-cache-compression", o.Compression,
+		"How each resource's watch cache keeps its objects in memory: off, as their JSON; or s2, each object "+
+			"compressed on its own with S2 against a dictionary trained from about 1,000 of the resource's objects, once "+
+			"it is older than the 75s history window (about a quarter of the JSON on objects like a real cluster's; "+
+			"decompressed in about 1us whenever read, into the response). The cache retrains in the background when "+
+			"its objects compress worse, and lists again if a compressed object fails its checksum. Sizes, budgets "+
+			"and metrics count uncompressed bytes: nothing shows a compressed size. zstd is not offered: it "+
+			"decompresses an object in 3.5-4us, over the 2us a read may spend, for records a fifth smaller.")
 
 	o.Recommended.Etcd.AddFlags(fss.FlagSet("etcd"))
 	o.EmbeddedEtcd.AddFlags(fss.FlagSet("embedded etcd"))
@@ -285,6 +298,10 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxWatches < 0 {
 		errs = append(errs, fmt.Errorf("--max-watches must be 0 (no limit) or positive, not %d", o.MaxWatches))
+	}
+	if !slices.Contains(cacher.Compressions, cacher.Compression(o.Compression)) {
+		errs = append(errs, fmt.Errorf("--watch-cache-compression must be %q or %q, not %q (zstd is not offered: it decompresses too slowly)",
+			cacher.CompressionOff, cacher.CompressionS2, o.Compression))
 	}
 	if o.WarmStartRevisions < 0 {
 		errs = append(errs, fmt.Errorf("--watch-cache-warm-start-revisions must be 0 (off) or positive, not %d", o.WarmStartRevisions))

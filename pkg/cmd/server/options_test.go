@@ -9,6 +9,8 @@ import (
 	"github.com/spf13/pflag"
 	genericfeatures "k8s.io/apiserver/pkg/features"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher"
 )
 
 func TestValidate(t *testing.T) {
@@ -44,6 +46,10 @@ func TestValidate(t *testing.T) {
 		{name: "no initial events bound", args: []string{"--watch-cache-initial-events-concurrency=0"}},
 		{name: "negative initial events concurrency", args: []string{"--watch-cache-initial-events-concurrency=-2"},
 			wantErr: "--watch-cache-initial-events-concurrency must be 0 (no bound) or positive, not -2"},
+		{name: "compression", args: []string{"--watch-cache-compression=s2"}},
+		{name: "no compression", args: []string{"--watch-cache-compression=off"}},
+		{name: "zstd compression", args: []string{"--watch-cache-compression=zstd"},
+			wantErr: `--watch-cache-compression must be "off" or "s2", not "zstd" (zstd is not offered: it decompresses too slowly)`},
 		{name: "no watch limit", args: []string{"--max-watches=0"}},
 		{name: "negative watch limit", args: []string{"--max-watches=-1"},
 			wantErr: "--max-watches must be 0 (no limit) or positive, not -1"},
@@ -81,6 +87,7 @@ func TestWatchCacheFlagsReachTheCache(t *testing.T) {
 		"--watch-cache-consistency-check-interval=42s",
 		"--watch-cache-consistent-read-fallback",
 		"--watch-cache-initial-events-concurrency=5",
+		"--watch-cache-compression=s2",
 		"--watch-cache=false",
 	}); err != nil {
 		t.Fatal(err)
@@ -95,6 +102,7 @@ func TestWatchCacheFlagsReachTheCache(t *testing.T) {
 		{"--watch-cache-consistency-check-interval", got.ConsistencyCheckInterval, 42 * time.Second},
 		{"--watch-cache-consistent-read-fallback", got.ConsistentReadFallback, true},
 		{"--watch-cache-initial-events-concurrency", got.InitialEventsConcurrency, 5},
+		{"--watch-cache-compression", got.Compression, cacher.CompressionS2},
 		{"--watch-cache", got.Enabled, false},
 	} {
 		if c.got != c.want {

@@ -14,6 +14,7 @@ import (
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/fanout"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/history"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/packer"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/store"
 )
@@ -38,6 +39,12 @@ type Cacher struct {
 	// src lists etcd and follows its changes; requests through the cache
 	// that etcd answered tell it etcd is back.
 	src *source.Source
+
+	// packer compresses the objects at rest, and corrupt makes the cache
+	// list again when one does not decompress; nil without compression
+	// (compression.go).
+	packer  *packer.Packer
+	corrupt *corruption
 
 	stop context.CancelFunc
 	// done is closed when the source has stopped.
@@ -64,14 +71,22 @@ func New(cfg Config) (*Cacher, error) {
 	if cfg.EncodingTTL > 0 {
 		c.expiry = object.NewExpiry(cfg.EncodingTTL, cfg.Clock)
 	}
-	c.build = object.NewBuilder(cfg.builderConfig(c.expiry))
+	cc, err := c.newCompression()
+	if err != nil {
+		return nil, err
+	}
+	var corrupted func(*object.Object, error)
+	if cc != nil {
+		corrupted = c.corrupted
+	}
+	c.build = object.NewBuilder(cfg.builderConfig(c.expiry, cc, corrupted))
 	c.store = store.New[*fanout.Event](c.build.IndexFuncs())
 	c.pres = fanout.NewPresenter(cfg.TriggerField, c.build.Codec(), c.expiry)
 	c.log = history.New[*fanout.Event](history.Config{Window: cfg.HistoryWindow, MinSize: cfg.MinHistorySize, MaxSize: cfg.MaxHistorySize, Budget: cfg.HistoryBudget})
 	c.d = fanout.NewDispatcher(fanout.Config{Store: c.store, Log: c.log, Presenter: c.pres, Versioner: cfg.Versioner,
 		NewFunc: cfg.NewFunc, Clock: cfg.Clock, BookmarkFrequency: cfg.BookmarkFrequency, Gate: cfg.InitialEvents,
 		Metrics: c.metrics.Metrics})
-	c.src = source.New(source.Config{Store: cfg.Storage, Changes: cfg.changes(c.heldVersion), ResourcePrefix: cfg.ResourcePrefix,
+	c.src = source.New(source.Config{Store: cfg.Storage, Changes: cfg.changes(c.heldVersion, c.corrupt), ResourcePrefix: cfg.ResourcePrefix,
 		GroupResource: cfg.GroupResource, NewListFunc: cfg.NewListFunc, Versioner: cfg.Versioner, Build: c.build,
 		Keys: cfg.KeyReader, ListPageSize: cfg.listPageSize, ListPageBytes: cfg.listPageBytes,
 		WarmStartRevisions: cfg.WarmStartRevisions, ConsistencyCheckInterval: cfg.ConsistencyCheckInterval,
@@ -87,6 +102,7 @@ func New(cfg Config) (*Cacher, error) {
 		c.src.Run(ctx)
 	}()
 	go c.tick(ctx)
+	c.startPacker(ctx, cc)
 	addLive(c)
 	return c, nil
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/gate"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/compress"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
@@ -190,6 +191,19 @@ type Config struct {
 	InitialEvents *gate.InitialEvents
 	// Clock drives bookmarks and waits. Default: the real clock.
 	Clock clock.WithTicker
+	// Compression is how the cache keeps its objects at rest:
+	// CompressionOff (the default) as their JSON, or CompressionS2, each
+	// object compressed on its own with S2 against a dictionary trained
+	// from the resource's objects, once the version is older than
+	// HistoryWindow. See Compression.
+	Compression Compression
+
+	// compressEvery is the time between the packer's passes, negative for
+	// none: tests run them (Cacher.packer.Pass). Default
+	// packer.DefaultInterval. compressWindow is how long a version stays
+	// as it is, negative for not at all: tests compress every object at
+	// once. Default HistoryWindow.
+	compressEvery, compressWindow time.Duration
 
 	// wrapChanges, if set, wraps the etcd changes the cache follows: tests
 	// inject faults with it.
@@ -235,6 +249,13 @@ func (c *Config) complete() error {
 	setDefault(&c.WarmStartRevisions, DefaultWarmStartRevisions)
 	setDefault(&c.listPageSize, source.ListPageSize)
 	setDefault(&c.listPageBytes, source.ListPageBytes)
+	switch c.Compression {
+	case "":
+		c.Compression = CompressionOff
+	case CompressionOff, CompressionS2:
+	default:
+		return fmt.Errorf("cacher: Config.Compression must be %q or %q, not %q", CompressionOff, CompressionS2, c.Compression)
+	}
 	if c.MaxHistorySize < c.MinHistorySize {
 		c.MaxHistorySize = c.MinHistorySize
 	}
@@ -251,22 +272,28 @@ func setDefault[T comparable](v *T, def T) {
 	}
 }
 
-// builderConfig is what the cache's Builder needs of c, and the cache's
-// Expiry.
-func (c *Config) builderConfig(x *object.Expiry) object.BuilderConfig {
+// builderConfig is what the cache's Builder needs of c, the cache's
+// Expiry, and with compression its codec and what it is told of corrupt
+// objects.
+func (c *Config) builderConfig(x *object.Expiry, cc *compress.Codec, corrupt func(*object.Object, error)) object.BuilderConfig {
 	return object.BuilderConfig{Codec: c.Codec, Scheme: c.Scheme, NewFunc: c.NewFunc, KeyFunc: c.KeyFunc,
 		GetAttrsFunc: c.GetAttrsFunc, Versioner: c.Versioner, TriggerField: c.TriggerField,
-		IndexerFuncs: c.IndexerFuncs, Indexers: c.Indexers, Expiry: x}
+		IndexerFuncs: c.IndexerFuncs, Indexers: c.Indexers, Expiry: x, Compression: cc, Corrupt: corrupt}
 }
 
 // changes is etcd's record of the resource's changes, read as Storage
 // reads it. held, if set, returns the cache's object of the version a change puts,
-// if the cache holds it.
-func (c *Config) changes(held func(key string, rev uint64) *object.Object) source.Changes {
+// if the cache holds it. With corrupt, the changes end in a re-list once
+// it found a corrupt object (corruption).
+func (c *Config) changes(held func(key string, rev uint64) *object.Object, corrupt *corruption) source.Changes {
 	var ch source.Changes = source.NewEtcdChanges(source.EtcdChangesConfig{Client: c.Client, StoragePrefix: c.StoragePrefix,
 		ResourcePrefix: c.ResourcePrefix, Transformer: c.Transformer, Decode: c.decoder(), Held: held})
 	if c.wrapChanges != nil {
 		ch = c.wrapChanges(ch)
+	}
+	if corrupt != nil {
+		corrupt.changes = ch
+		ch = corrupt
 	}
 	return ch
 }

@@ -3,6 +3,7 @@ package cacher
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -389,13 +390,25 @@ func TestConformanceDeleteWithBrokenData(t *testing.T) {
 	})
 }
 
+// conformanceCase is one conformance function and the cache it runs on.
+type conformanceCase struct {
+	name  string
+	setup []setupOption
+	run   func(t *testing.T, c *testCacher)
+}
+
 func TestConformanceWatch(t *testing.T) {
-	ctx := context.Background()
-	tests := []struct {
-		name  string
-		setup []setupOption
-		run   func(t *testing.T, c *testCacher)
-	}{
+	for _, tc := range watchConformance(context.Background()) {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, newTestCacher(t, tc.setup...)) })
+	}
+	// RunTestWatchError is not run: it swaps the transformer after the
+	// write, which our cache decoded at ingest. TestDecodeErrorEndsWatchers
+	// checks the same promise: no silent gap.
+}
+
+// watchConformance are upstream's watch conformance functions.
+func watchConformance(ctx context.Context) []conformanceCase {
+	return []conformanceCase{
 		{name: "Watch", run: func(t *testing.T, c *testCacher) { storagetesting.RunTestWatch(ctx, t, c) }},
 		{name: "WatchFromZero", run: func(t *testing.T, c *testCacher) {
 			storagetesting.RunTestWatchFromZero(ctx, t, c, c.compactHistory)
@@ -436,22 +449,23 @@ func TestConformanceWatch(t *testing.T) {
 			storagetesting.RunWatchListMatchSingle(ctx, t, createWrapper{c})
 		}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, newTestCacher(t, tc.setup...)) })
-	}
-	// RunTestWatchError is not run: it swaps the transformer after the
-	// write, which our cache decoded at ingest. TestDecodeErrorEndsWatchers
-	// checks the same promise: no silent gap.
 }
 
 func TestConformanceReads(t *testing.T) {
-	ctx := context.Background()
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
-	tests := []struct {
-		name  string
-		setup []setupOption
-		run   func(t *testing.T, c *testCacher)
-	}{
+	for _, tc := range readConformance(context.Background()) {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, newTestCacher(t, tc.setup...)) })
+	}
+	// RunTestListInconsistentContinuation is not run: its update writes an
+	// object without the namespace its key has, and a cache that keys objects
+	// by KeyFunc (ours, and upstream's) files it elsewhere.
+	// TestListExpiredContinuation checks the same promise with a well-formed
+	// update: limit honoured at "0", 410 with a fresh token, then consistent pages.
+}
+
+// readConformance are upstream's read conformance functions.
+func readConformance(ctx context.Context) []conformanceCase {
+	return []conformanceCase{
 		{name: "Get", run: func(t *testing.T, c *testCacher) { storagetesting.RunTestGet(ctx, t, c) }},
 		{name: "List", run: func(t *testing.T, c *testCacher) {
 			storagetesting.RunTestList(ctx, t, c, c.compactStore, true, c.recorder)
@@ -491,12 +505,27 @@ func TestConformanceReads(t *testing.T) {
 		}},
 		{name: "KeySchema", run: func(t *testing.T, c *testCacher) { storagetesting.RunTestKeySchema(ctx, t, c) }},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, newTestCacher(t, tc.setup...)) })
+}
+
+// TestConformanceCompressed runs the conformance functions that read
+// objects' bytes on a cache that compresses every object a few
+// milliseconds after it is written, while they read it: what each
+// function checks of what it wrote holds of the bytes decompressed.
+func TestConformanceCompressed(t *testing.T) {
+	ctx := context.Background()
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, true)
+	compressed := map[string]bool{
+		"Get": true, "List": true, "ConsistentList": true, "ListPaging": true, "ListContinuationWithFilter": true,
+		"NamespaceScopedList": true, "Stats": true, "ListResourceVersionMatch": true,
+		"Watch": true, "WatchFromNonZero": true, "WatchDeleteEventObjectHaveLatestRV": true,
+		"SendInitialEventsBackwardCompatibility": true, "WatchSemantics": true, "WatchListMatchSingle": true,
 	}
-	// RunTestListInconsistentContinuation is not run: its update writes an
-	// object without the namespace its key has, and a cache that keys objects
-	// by KeyFunc (ours, and upstream's) files it elsewhere.
-	// TestListExpiredContinuation checks the same promise with a well-formed
-	// update: limit honoured at "0", 410 with a fresh token, then consistent pages.
+	for _, tc := range append(readConformance(ctx), watchConformance(ctx)...) {
+		if !compressed[tc.name] {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			tc.run(t, newTestCacher(t, append(slices.Clip(tc.setup), withEagerCompression)...))
+		})
+	}
 }

@@ -31,6 +31,11 @@
 //   - Responses are the object's bytes where the client's encoding matches
 //     them, and decoded and encoded once per object version and encoding
 //     otherwise (internal/object: Codec, Caching).
+//   - With Config.Compression, the packer (internal/packer) compresses each
+//     object version in place once it is older than the history window
+//     (internal/compress), in the background; every read goes through
+//     Object.Bytes, which decompresses, lists straight into the response
+//     (compression.go).
 //
 // # Lock order
 //

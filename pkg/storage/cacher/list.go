@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 
@@ -38,6 +39,7 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 		}
 		return err
 	}
+	asked := key
 	if key, err = storage.PrepareKey(c.cfg.ResourcePrefix, key, opts.Recursive); err != nil {
 		return err
 	}
@@ -93,10 +95,24 @@ func (c *Cacher) GetList(ctx context.Context, key string, opts storage.ListOptio
 	}
 	if pred.Limit == 0 && !continuing && withRev == 0 {
 		if done, err := c.listByIndex(ctx, key, opts.Recursive, &pred, f, listObj); done || err != nil {
-			return err
+			return c.notCorrupt(err, func() error { return c.cfg.Storage.GetList(ctx, asked, opts, listObj) })
 		}
 	}
-	return c.listFrom(ctx, snap, key, opts.Recursive, f, pred.Limit, fromKey, listObj)
+	err = c.listFrom(ctx, snap, key, opts.Recursive, f, pred.Limit, fromKey, listObj)
+	return c.notCorrupt(err, func() error { return c.cfg.Storage.GetList(ctx, asked, opts, listObj) })
+}
+
+// notCorrupt returns err, unless a compressed object the read decoded was
+// corrupt (object.ErrCorrupt): the read, which has written nothing yet, is
+// then served by etcd, with fromEtcd, while the cache lists again
+// (Cacher.corrupted). A list whose items the response writes from the
+// cache's bytes (SharingList) finds a corrupt one only as it writes it:
+// the response ends there, short.
+func (c *Cacher) notCorrupt(err error, fromEtcd func() error) error {
+	if errors.Is(err, object.ErrCorrupt) {
+		return fromEtcd()
+	}
+	return err
 }
 
 // snapshotAt returns the state at exactly rv, unless etcd has compacted rv
@@ -214,11 +230,13 @@ func missOneOfRevision(objs []*object.Object, rv uint64) []*object.Object {
 // object, and no decoding. Each item's DeepCopyObject is its decoded copy,
 // and it implements
 //
-//	ListItem(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (open, rest []byte, ok bool)
+//	ListItem(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (open []byte, n int, ok bool)
+//	AppendItem(dst []byte) ([]byte, error)
 //
-// which returns the item's bytes in a list that encoder writes, if it can
-// (see object.ListItem). pkg/registry's lists implement SharingList; a
-// list that does not gets decoded copies.
+// which tell whether the item's bytes are its item in a list that encoder
+// writes, and append them, decompressed straight into dst where the cache
+// keeps them compressed (see object.ListItem). pkg/registry's lists
+// implement SharingList; a list that does not gets decoded copies.
 type SharingList interface {
 	runtime.Object
 	// ShareItems hands over the list's objects, in order. The list must
@@ -301,5 +319,5 @@ func (c *Cacher) Get(ctx context.Context, key string, opts storage.GetOptions, o
 		_, head := c.log.Bounds()
 		return storage.NewKeyNotFoundError(key, int64(head))
 	}
-	return o.DecodeInto(objPtr)
+	return c.notCorrupt(o.DecodeInto(objPtr), func() error { return c.cfg.Storage.Get(ctx, key, opts, objPtr) })
 }

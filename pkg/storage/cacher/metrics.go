@@ -61,6 +61,10 @@ var (
 			"when etcd compacted past it or the log moved on; abandoned by a re-list or a stop.", "result")
 	backfillEventsGauge = gaugeVec("backfill_events",
 		"Events a running backfill holds in memory, replayed from etcd and not yet in the event log.")
+	corruptCounter = counterVec("corrupt_objects_total",
+		"Reads of a cached object whose compressed bytes did not decompress to the bytes they were made from "+
+			"(their CRC-32C), which were refused: the cache lists again (relists_total, reason unreadable). "+
+			"Only with --watch-cache-compression.")
 	unreadyGauge = gaugeVec("unready",
 		"Caches of the resource that cannot serve: initializing, or listing etcd again. Reads they would "+
 			"serve get 429 meanwhile (or go to etcd with --watch-cache-consistent-read-fallback).")
@@ -93,7 +97,7 @@ func registerMetrics() {
 		// here too makes them work for a cache used without one, as in tests.
 		upstream.Register()
 		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
-			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap, replayedCounter, backfillsCounter, backfillEventsGauge, unreadyGauge)
+			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap, replayedCounter, backfillsCounter, backfillEventsGauge, unreadyGauge, corruptCounter)
 		legacyregistry.CustomMustRegister(&gzipRunsCollector{}, &floorCollector{})
 	})
 }
@@ -108,6 +112,8 @@ type cacheMetrics struct {
 	// The gauges a cache sets are shares: see gaugeShare.
 	encoded *gaugeShare
 	unready *gaugeShare
+	// corrupt counts the corrupt objects' reads refused.
+	corrupt compbasemetrics.CounterMetric
 }
 
 func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
@@ -150,6 +156,7 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 		gr:      gr,
 		encoded: &gaugeShare{g: encodedObjectsGauge.WithLabelValues(g, r)},
 		unready: &gaugeShare{g: unreadyGauge.WithLabelValues(g, r)},
+		corrupt: corruptCounter.WithLabelValues(g, r),
 	}
 	m.source = source.Metrics{
 		Received:     upstream.EventsReceivedCounter.WithLabelValues(g, r),

@@ -78,13 +78,21 @@ type Codec struct {
 // changed once published.
 type table struct {
 	// current is what Compress uses: the dictionary trained last, or id 0.
-	current *dictionary
+	current *Dictionary
 	// all holds every dictionary not retired, current among them, by id.
-	all []*dictionary
+	all []*Dictionary
+}
+
+// none returns the empty dictionary, id 0, which every table holds.
+func (t *table) none() *Dictionary {
+	if t.current.id == 0 {
+		return t.current
+	}
+	return t.find(0)
 }
 
 // find returns dictionary id, or nil.
-func (t *table) find(id uint32) *dictionary {
+func (t *table) find(id uint32) *Dictionary {
 	for _, d := range t.all {
 		if d.id == id {
 			return d
@@ -116,7 +124,7 @@ func New(cfg Config) (*Codec, error) {
 		return nil, err
 	}
 	c := &Codec{cfg: cfg, nextID: 1}
-	c.table.Store(&table{current: none, all: []*dictionary{none}})
+	c.table.Store(&table{current: none, all: []*Dictionary{none}})
 	return c, nil
 }
 
@@ -126,16 +134,8 @@ func New(cfg Config) (*Codec, error) {
 // the record takes: what keeps the record compresses into a scratch buffer
 // and keeps a copy of the record's size.
 func (c *Codec) Compress(dst, src []byte) []byte {
-	crc := crc32.Checksum(src, castagnoli)
-	at := len(dst)
-	d := c.table.Load().current
-	dst = appendHeader(dst, byte(c.cfg.Algorithm), crc, d.id)
-	dst, ok := d.encode(dst, src, c.cfg.Level)
-	if ok && len(dst)-at <= len(src)-len(src)/minGain {
-		return dst
-	}
-	dst = appendHeader(dst[:at], formatStored, crc, 0)
-	return append(dst, src...)
+	rec, _ := c.CompressTo(dst, src)
+	return rec
 }
 
 // Decompress appends the object of record rec to dst and returns it. A
@@ -144,6 +144,12 @@ func (c *Codec) Compress(dst, src []byte) []byte {
 // was retired, with ErrUnknownDictionary. On error dst is returned as it
 // was.
 func (c *Codec) Decompress(dst, rec []byte) ([]byte, error) {
+	return c.decompress(dst, rec, c.table.Load().find)
+}
+
+// decompress is Decompress, the dictionary of a record's id found by find
+// (nil: unknown).
+func (c *Codec) decompress(dst, rec []byte, find func(id uint32) *Dictionary) ([]byte, error) {
 	h, err := parseHeader(rec)
 	if err != nil {
 		return dst, err
@@ -155,7 +161,7 @@ func (c *Codec) Decompress(dst, rec []byte) ([]byte, error) {
 	case h.format != byte(c.cfg.Algorithm):
 		return dst, fmt.Errorf("%w: format %#x in a codec of %#x", ErrCorrupt, h.format, byte(c.cfg.Algorithm))
 	default:
-		d := c.table.Load().find(h.dict)
+		d := find(h.dict)
 		if d == nil {
 			return dst, fmt.Errorf("%w: %d", ErrUnknownDictionary, h.dict)
 		}
@@ -200,17 +206,77 @@ func (c *Codec) train(samples [][]byte, how trainer) (uint32, error) {
 
 // Retire forgets dictionary id, once no record that needs it will be read
 // again: such a record is then refused with ErrUnknownDictionary. The
-// current dictionary cannot be retired; Retire returns whether id was.
+// current dictionary, and the empty one (id 0), cannot be retired; Retire
+// returns whether id was.
 func (c *Codec) Retire(id uint32) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.table.Load()
-	if old.current.id == id || old.find(id) == nil {
+	if id == 0 || old.current.id == id || old.find(id) == nil {
 		return false
 	}
-	all := slices.DeleteFunc(slices.Clone(old.all), func(d *dictionary) bool { return d.id == id })
+	all := slices.DeleteFunc(slices.Clone(old.all), func(d *Dictionary) bool { return d.id == id })
 	c.table.Store(&table{current: old.current, all: all})
 	return true
+}
+
+// CompressTo is Compress, and returns the dictionary the record needs as
+// well: the one it was compressed against, or the Codec's empty one (id 0)
+// for a record kept as it is. Whoever keeps the record beside it reads it
+// with DecompressWith, even after Retire forgot the dictionary, and the
+// dictionary is collected with the last record that needs it.
+func (c *Codec) CompressTo(dst, src []byte) ([]byte, *Dictionary) {
+	crc := crc32.Checksum(src, castagnoli)
+	at := len(dst)
+	t := c.table.Load()
+	d := t.current
+	dst = appendHeader(dst, byte(c.cfg.Algorithm), crc, d.id)
+	dst, ok := d.encode(dst, src, c.cfg.Level)
+	if ok && len(dst)-at <= len(src)-len(src)/minGain {
+		return dst, d
+	}
+	dst = appendHeader(dst[:at], formatStored, crc, 0)
+	return append(dst, src...), t.none()
+}
+
+// DecompressWith is Decompress of a record that CompressTo said needs d,
+// which need not be in the Codec's table any more. A record that names
+// another dictionary than d is refused with ErrCorrupt.
+func (c *Codec) DecompressWith(dst, rec []byte, d *Dictionary) ([]byte, error) {
+	return c.decompress(dst, rec, func(id uint32) *Dictionary {
+		if d == nil || d.id != id {
+			return nil
+		}
+		return d
+	})
+}
+
+// Current returns the dictionary Compress uses now: a record compressed
+// against another one (but the empty one, id 0) is one a retrain left behind.
+func (c *Codec) Current() *Dictionary { return c.table.Load().current }
+
+// ID is the dictionary's id within its Codec: 0 for none.
+func (d *Dictionary) ID() uint32 { return d.id }
+
+// Len returns the length of the object rec holds, without decompressing
+// it: what Decompress would append. A record whose length cannot be read
+// is refused with ErrCorrupt.
+func Len(rec []byte) (int, error) {
+	h, err := parseHeader(rec)
+	if err != nil {
+		return 0, err
+	}
+	switch h.format {
+	case formatStored:
+		return len(h.payload), nil
+	case formatS2:
+		n, err := s2.DecodedLen(h.payload)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		return n, nil
+	}
+	return zstdLen(h.payload)
 }
 
 // DictionaryID returns the id of the dictionary rec needs, 0 for none,

@@ -3,6 +3,7 @@ package compress
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"sync"
@@ -12,10 +13,12 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// dictionary is one trained dictionary, or none (id 0), with what
+// Dictionary is one trained dictionary, or none (id 0), with what
 // compresses and decompresses against it. It is immutable and safe for
-// concurrent use.
-type dictionary struct {
+// concurrent use. Whoever keeps a record may keep the Dictionary it needs
+// beside it (CompressTo, DecompressWith): the dictionary then lives as long
+// as a record needs it, whatever the Codec retired.
+type Dictionary struct {
 	id uint32
 	// s2 is S2's dictionary; nil for zstd, or for S2 without one.
 	s2 *s2.Dict
@@ -51,8 +54,8 @@ var zstdOffsets = [3]int{1, 4, 8}
 
 // newDictionary trains dictionary id from samples with cfg's algorithm and
 // level, or makes the empty one when samples is nil.
-func newDictionary(cfg Config, id uint32, samples [][]byte, how trainer) (*dictionary, error) {
-	d := &dictionary{id: id}
+func newDictionary(cfg Config, id uint32, samples [][]byte, how trainer) (*Dictionary, error) {
+	d := &Dictionary{id: id}
 	switch cfg.Algorithm {
 	case S2:
 		if samples == nil {
@@ -141,7 +144,7 @@ func commonPrefix(samples [][]byte, n int) []byte {
 
 // encode appends src compressed to dst; ok is false, and dst as it was,
 // when it made nothing to keep.
-func (d *dictionary) encode(dst, src []byte, level Level) (_ []byte, ok bool) {
+func (d *Dictionary) encode(dst, src []byte, level Level) (_ []byte, ok bool) {
 	if d.enc != nil {
 		at := len(dst)
 		dst = d.enc.EncodeAll(src, dst)
@@ -168,7 +171,7 @@ func (d *dictionary) encode(dst, src []byte, level Level) (_ []byte, ok bool) {
 
 // decode appends payload decompressed to dst, refusing more than limit
 // bytes.
-func (d *dictionary) decode(dst, payload []byte, limit int) ([]byte, error) {
+func (d *Dictionary) decode(dst, payload []byte, limit int) ([]byte, error) {
 	if d.dec != nil {
 		frame := framePool.Get().(*[]byte)
 		defer framePool.Put(frame)
@@ -199,3 +202,18 @@ func (d *dictionary) decode(dst, payload []byte, limit int) ([]byte, error) {
 // framePool holds the buffers a zstd frame is put back together in, its
 // magic before the record's payload.
 var framePool = sync.Pool{New: func() any { return new([]byte) }}
+
+// zstdLen returns the length of the object a zstd record's payload holds,
+// from its frame header, which EncodeAll writes with the content's size.
+func zstdLen(payload []byte) (int, error) {
+	var frame [4 + zstd.HeaderMaxSize]byte // zstdMagic, then the header
+	n := copy(frame[copy(frame[:], zstdMagic):], payload)
+	var h zstd.Header
+	if err := h.Decode(frame[:len(zstdMagic)+n]); err != nil {
+		return 0, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if !h.HasFCS || h.FrameContentSize > math.MaxInt32 {
+		return 0, fmt.Errorf("%w: no content size in the frame", ErrCorrupt)
+	}
+	return int(h.FrameContentSize), nil
+}

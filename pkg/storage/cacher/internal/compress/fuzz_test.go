@@ -8,8 +8,10 @@ import (
 
 // FuzzDecompress gives Decompress any bytes, starting from records of
 // every format: it must refuse them or return bytes whose checksum they
-// carry, and never panic nor allocate more than MaxSize. Its seeds run in
-// go test; go test -fuzz FuzzDecompress searches further.
+// carry, and never panic nor allocate more than MaxSize; DecompressWith,
+// against the current dictionary, must read what Decompress reads, and Len
+// never tell another length. Its seeds run in go test; go test -fuzz
+// FuzzDecompress searches further.
 func FuzzDecompress(f *testing.F) {
 	co := corpora()[0]
 	var codecs []*Codec
@@ -33,6 +35,18 @@ func FuzzDecompress(f *testing.F) {
 	f.Fuzz(func(t *testing.T, rec []byte) {
 		for _, c := range codecs {
 			got, err := c.Decompress(nil, rec)
+			with, errWith := c.DecompressWith(nil, rec, c.Current())
+			if (err == nil) != (errWith == nil) || !bytes.Equal(got, with) {
+				// Only a record of another dictionary than the current one
+				// (which a stored record names none of) reads with one and
+				// not the other.
+				if id, err := DictionaryID(rec); err == nil && id == c.Current().ID() && rec[0] != formatStored {
+					t.Fatalf("Decompress: %v; DecompressWith the current dictionary: %v, or other bytes", err, errWith)
+				}
+			}
+			if n, lenErr := Len(rec); err == nil && lenErr == nil && n != len(got) {
+				t.Fatalf("Len %d of a record that reads to %d bytes", n, len(got))
+			}
 			if err != nil {
 				if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrUnknownDictionary) {
 					t.Fatalf("%v, want ErrCorrupt or ErrUnknownDictionary", err)

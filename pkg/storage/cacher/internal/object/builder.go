@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/compress"
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/shard"
 )
 
@@ -41,6 +42,14 @@ type BuilderConfig struct {
 	// are kept with (GzipStream.WriteItem); nil keeps them while the object
 	// is current.
 	Expiry *Expiry
+	// Compression, if set, is the codec the objects' bytes may be
+	// compressed with at rest: they are then kept in a body that Pack
+	// compresses later, and read through Bytes. Nil keeps them in Raw.
+	Compression *compress.Codec
+	// Corrupt, if set, is told of each read of an object whose compressed
+	// bytes did not decompress to what they were made from, which the
+	// read refuses; the cache lists again.
+	Corrupt func(*Object, error)
 }
 
 // Builder makes the cached version of an object: its bytes and what
@@ -69,7 +78,7 @@ const (
 
 // NewBuilder returns a Builder for cfg.
 func NewBuilder(cfg BuilderConfig) *Builder {
-	return &Builder{cfg: cfg, codec: newCodec(cfg.Codec, cfg.Scheme, cfg.NewFunc, cfg.Expiry), intern: newInterner(defaultInternBudget),
+	return &Builder{cfg: cfg, codec: newCodec(cfg), intern: newInterner(defaultInternBudget),
 		indexers: extraIndexers(cfg)}
 }
 
@@ -108,6 +117,9 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 		trigger = b.cfg.IndexerFuncs[b.cfg.TriggerField](obj)
 	}
 	room := len(key) + len(trigger)
+	if b.cfg.Compression != nil {
+		room = 0 // the strings are packed apart
+	}
 	raw, ok := b.spliced(obj, stored, m.GetResourceVersion(), room)
 	if !ok {
 		if raw, err = b.codec.encode(obj, room); err != nil {
@@ -115,7 +127,16 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 		}
 	}
 	o := &Object{Key: key, Head: TypeHeader(raw), Codec: b.codec, RV: rv, Trigger: trigger}
-	o.Raw = pack(raw, &o.Key, &o.Trigger)
+	if b.cfg.Compression == nil {
+		o.Raw = pack(raw, &o.Key, &o.Trigger)
+	} else {
+		// The strings get an allocation of their own: compressing the
+		// bytes later frees theirs, which nothing else may point into.
+		pack(make([]byte, 0, len(key)+len(trigger)), &o.Key, &o.Trigger)
+		if err := o.setBody(raw); err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+	}
 	if len(l) > 0 {
 		o.Labels = b.intern.labels(l)
 	}

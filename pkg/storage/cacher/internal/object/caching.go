@@ -143,13 +143,18 @@ func (co *Caching) CacheEncode(id runtime.Identifier, encode func(runtime.Object
 	kind := co.o.Codec.kind(id)
 	switch kind {
 	case encoderRaw:
+		// Compressed, in an array of their own: the splicer holds them.
+		raw, err := co.o.Bytes(nil)
+		if err != nil {
+			return err
+		}
 		if s, ok := w.(runtime.Splice); ok {
 			// The watch handler's buffer for the embedded object: it can
 			// hold the bytes, which never change, instead of a copy of its own.
-			s.Splice(co.o.Raw)
+			s.Splice(raw)
 			return nil
 		}
-		_, err := w.Write(co.o.Raw)
+		_, err = w.Write(raw)
 		return err
 	case encoderWatchUncached:
 		return encode(co, w)
@@ -195,8 +200,13 @@ func (co *Caching) encodeEvent(id runtime.Identifier, encode func(runtime.Object
 		// it: it encodes in the serving goroutine of the first watch sent
 		// the event, which for a single-object watch is its only one, where
 		// it grew the goroutine's stack, and two buffers the watch keeps
-		// while it lasts, for every watch.
-		buf.Write(appendEvent(buf.AvailableBuffer(), start, co.o.Raw))
+		// while it lasts, for every watch. A compressed object is
+		// decompressed straight into the buffer.
+		ev, err := appendEvent(buf.AvailableBuffer(), start, co.o)
+		if err != nil {
+			return err
+		}
+		buf.Write(ev)
 		return nil
 	}
 	// The watch encoder encodes the object with its embedded encoder,

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/versioning"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/compress"
 )
 
 // Codec makes a cached object's bytes and decodes them, and learns
@@ -37,6 +39,10 @@ type Codec struct {
 	// expiry is what forgets the Cachings of the cache's objects, or nil
 	// (BuilderConfig.Expiry).
 	expiry *Expiry
+	// compression reads the objects' compressed bytes, and corrupt is told
+	// of those that do not decompress (BuilderConfig.Compression, Corrupt).
+	compression *compress.Codec
+	corrupt     func(*Object, error)
 
 	// mu guards encoders and events.
 	mu       sync.RWMutex
@@ -69,9 +75,10 @@ const (
 	encoderWatchUncached
 )
 
-func newCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtime.Object, expiry *Expiry) *Codec {
-	c := &Codec{codec: codec, newFunc: newFunc, expiry: expiry, encoders: map[runtime.Identifier]encoderKind{},
-		events: map[runtime.Identifier][]byte{}}
+func newCodec(cfg BuilderConfig) *Codec {
+	codec, scheme := cfg.Codec, cfg.Scheme
+	c := &Codec{codec: codec, newFunc: cfg.NewFunc, expiry: cfg.Expiry, compression: cfg.Compression, corrupt: cfg.Corrupt,
+		encoders: map[runtime.Identifier]encoderKind{}, events: map[runtime.Identifier][]byte{}}
 	if scheme != nil {
 		// As the storage's codec decodes (k8s.io/apiserver's storage codec:
 		// JSON, not strict, defaulted, converted into the caller's type), but
@@ -83,14 +90,31 @@ func newCodec(codec runtime.Codec, scheme *runtime.Scheme, newFunc func() runtim
 }
 
 // decode decodes o's bytes into into: with decoder if they are JSON with
-// a type header, else with the storage's codec.
+// a type header, else with the storage's codec. Compressed bytes are
+// decompressed into an array of their own, which the decoded strings
+// share (decodeExact), as they share the bytes the object holds otherwise.
 func (c *Codec) decode(o *Object, into runtime.Object) (runtime.Object, error) {
 	d := runtime.Decoder(c.codec)
 	if c.decoder != nil && o.Head > 0 {
 		d = c.decoder
 	}
-	out, _, err := d.Decode(o.Raw, nil, into)
+	raw, err := o.Bytes(nil)
+	if err != nil {
+		return nil, err
+	}
+	out, _, err := d.Decode(raw, nil, into)
 	return out, err
+}
+
+// Compression is the codec the objects' bytes are compressed with, nil
+// where they are not (BuilderConfig.Compression).
+func (c *Codec) Compression() *compress.Codec { return c.compression }
+
+// corrupted tells the cache that o's bytes did not decompress.
+func (c *Codec) corrupted(o *Object, err error) {
+	if c.corrupt != nil {
+		c.corrupt(o, err)
+	}
 }
 
 // headerMeta finds the type of the cache's bytes in their type header,
@@ -236,7 +260,7 @@ func (c *Codec) learnEvent(id runtime.Identifier, o *Object, encoded []byte) {
 	if err := json.Unmarshal([]byte(id), &h); err == nil && c.kind(runtime.Identifier(h.EmbeddedEncoder)) == encoderRaw {
 		t, _ := json.Marshal(h.EventType)
 		guess := slices.Concat([]byte(`{"type":`), t, []byte(`,"object":`))
-		if bytes.Equal(appendEvent(nil, guess, o.Raw), encoded) {
+		if ev, err := appendEvent(nil, guess, o); err == nil && bytes.Equal(ev, encoded) {
 			start = guess
 		}
 	}
@@ -246,11 +270,15 @@ func (c *Codec) learnEvent(id runtime.Identifier, o *Object, encoded []byte) {
 }
 
 // appendEvent appends to b the watch event whose frame begins with start,
-// of the object whose bytes are raw.
-func appendEvent(b, start, raw []byte) []byte {
+// of o, whose bytes are decompressed into b where they are compressed.
+func appendEvent(b, start []byte, o *Object) ([]byte, error) {
 	b = append(b, start...)
-	b = append(b, bytes.TrimSuffix(raw, []byte("\n"))...)
-	return append(b, "}\n"...)
+	b, err := o.AppendBytes(b)
+	if err != nil {
+		return nil, err
+	}
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	return append(b, "}\n"...), nil
 }
 
 // rawFor reports whether the encoder id writes the cached bytes, learning
@@ -276,8 +304,12 @@ func (c *Codec) rawFor(id runtime.Identifier, o *Object, encode func(runtime.Obj
 // compare learns whether the encoder id writes the cached bytes from what
 // it wrote for o, and reports it.
 func (c *Codec) compare(id runtime.Identifier, o *Object, encoded []byte) bool {
+	raw, err := o.Bytes(nil)
+	if err != nil {
+		return false // nothing learnt from a corrupt object
+	}
 	k := encoderOther
-	if bytes.Equal(encoded, o.Raw) {
+	if bytes.Equal(encoded, raw) {
 		k = encoderRaw
 	}
 	c.learned(id, k)

@@ -3,6 +3,7 @@ package object
 import (
 	"bytes"
 	"compress/flate"
+	"errors"
 	"hash/crc32"
 	"hash/maphash"
 	"io"
@@ -19,11 +20,18 @@ import (
 // run kept from a frame is the latest: a stream that sends other frames
 // after it, as objects change, makes a run that replaces it.
 //
-// Nothing is known by its address. A stream sends a run only if its frames
-// are equal, byte for byte, to those the run was compressed from, so that
-// a run can never stand for other bytes, whatever the memory they lie in
-// held before. The frames are nearly always the very bytes the run holds,
-// which bytes.Equal compares in constant time.
+// A watch event's frame is known by its bytes: a stream sends a run only if
+// its frames are equal, byte for byte, to those the run was compressed
+// from, so that a run can never stand for other bytes, whatever the memory
+// they lie in held before. The frames are nearly always the very bytes the
+// run holds, which bytes.Equal compares in constant time.
+//
+// A list's item is known by its object version, the *Object the run holds,
+// never by bytes: a compressed object's bytes are decompressed anew for
+// each stream that writes them (Object.AppendItem), into memory that
+// another stream reuses, so that no run may hold them. An object's bytes
+// never change, compressed or not, and the run keeps the object, so that
+// its address names no other while the run lives.
 
 const (
 	meanRun = 64
@@ -54,15 +62,42 @@ type frameKey struct {
 }
 
 // piece is a frame as a stream sends it: after prefix, which is a list's
-// separator, or nil; sum decides whether it begins a run.
+// separator, or nil; sum decides whether it begins a run. A list's item
+// is its object, item, whose bytes are read when they are written, and
+// frame is nil.
 type piece struct {
 	prefix, frame []byte
+	item          *Object
 	sum           uint64
 }
 
-// is tells whether q is p: equal frames after equal prefixes.
+// is tells whether q is p: the same object version, or equal frames, after
+// equal prefixes.
 func (p piece) is(q piece) bool {
+	if p.item != nil || q.item != nil {
+		return p.item == q.item && bytes.Equal(p.prefix, q.prefix)
+	}
 	return bytes.Equal(p.frame, q.frame) && bytes.Equal(p.prefix, q.prefix)
+}
+
+// write writes the piece's prefix and frame to w, an item's bytes read
+// into buf, which it returns grown, and adds what it wrote to sum.
+func (p piece) write(w io.Writer, buf []byte, sum func([]byte)) ([]byte, error) {
+	frame := p.frame
+	if p.item != nil {
+		var err error
+		if buf, err = p.item.AppendItem(buf[:0]); err != nil {
+			return buf, err
+		}
+		frame = buf
+	}
+	for _, b := range [][]byte{p.prefix, frame} {
+		if _, err := w.Write(b); err != nil {
+			return buf, err
+		}
+		sum(b)
+	}
+	return buf, nil
 }
 
 // beginsRun tells the pieces that begin a run.
@@ -106,8 +141,10 @@ func frameOf(p []byte) (*encoding, uint64) {
 }
 
 // deflate compresses the run's pieces as one segment, which ends in a
-// sync flush, and sums them; deflated stays nil if it cannot.
-func (r *run) deflate() {
+// sync flush, and sums them, reading items' bytes into scratch, which it
+// returns grown; deflated stays nil if it cannot, and err is a corrupt
+// item's.
+func (r *run) deflate(scratch []byte) (_ []byte, err error) {
 	var buf bytes.Buffer
 	w := flateWriters.Get().(*flate.Writer)
 	defer func() {
@@ -115,19 +152,23 @@ func (r *run) deflate() {
 		flateWriters.Put(w)
 	}()
 	w.Reset(&buf)
+	sum := func(p []byte) {
+		r.crc = crc32.Update(r.crc, crc32.IEEETable, p)
+		r.size += len(p)
+	}
 	for _, pc := range r.pieces {
-		for _, p := range [][]byte{pc.prefix, pc.frame} {
-			if _, err := w.Write(p); err != nil {
-				return
+		if scratch, err = pc.write(w, scratch, sum); err != nil {
+			if errors.Is(err, ErrCorrupt) {
+				return scratch, err
 			}
-			r.crc = crc32.Update(r.crc, crc32.IEEETable, p)
-			r.size += len(p)
+			return scratch, nil
 		}
 	}
 	if w.Flush() != nil {
-		return
+		return scratch, nil
 	}
 	r.deflated = bytes.Clone(buf.Bytes())
+	return scratch, nil
 }
 
 // runsMade and runsShared count the runs compressed, and those sent as

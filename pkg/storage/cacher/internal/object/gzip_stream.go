@@ -3,6 +3,7 @@ package object
 import (
 	"compress/flate"
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"sync"
@@ -59,6 +60,8 @@ type GzipStream struct {
 	held    *run
 	// match is held while the pending frames are its start, else nil.
 	match *run
+	// scratch is where items' bytes are read to be written.
+	scratch []byte
 }
 
 // NewGzipStream returns a GzipStream writing to w.
@@ -93,20 +96,31 @@ func (s *GzipStream) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// WriteItem writes prefix and then frame, which are a list's separator
-// and the bytes item, the cache's object, gives it (Object.ListItem): runs
-// of such items are sent as segments shared with every list that sends
-// them, kept while their first object's Caching lives.
-func (s *GzipStream) WriteItem(prefix []byte, item runtime.Object, frame []byte) error {
-	pc := piece{prefix: prefix, frame: frame}
+// WriteItem writes prefix and then item as a list's item, which the list's
+// encoder writes as the object's bytes (Object.ListItem): the separator and
+// what AppendItem appends, after the open ListItem returned, which prefix
+// ends with. Runs of the cache's objects are sent as segments shared with
+// every list that sends them, kept while their first object's Caching
+// lives, and their bytes are read only for a run compressed now, never for
+// one shared. Another item is written as AppendItem appends it.
+func (s *GzipStream) WriteItem(prefix []byte, item runtime.Object) error {
 	o, ok := item.(*Object)
-	if !ok || len(frame) == 0 {
+	if !ok {
+		a, ok := item.(interface{ AppendItem([]byte) ([]byte, error) })
+		if !ok {
+			return fmt.Errorf("a list's item of type %T has no bytes of its own", item)
+		}
+		frame, err := a.AppendItem(s.scratch[:0])
+		if err != nil {
+			return err
+		}
+		s.scratch = frame
 		if err := s.endRun(); err != nil {
 			return err
 		}
-		return s.ownPiece(pc)
+		return s.ownPiece(piece{prefix: prefix, frame: frame})
 	}
-	pc.sum = itemSum(o)
+	pc := piece{prefix: prefix, item: o, sum: itemSum(o)}
 	return s.frame(pc, func() *atomic.Pointer[run] { return &o.Caching(o.Codec.expiry).listRun })
 }
 
@@ -206,7 +220,15 @@ func (s *GzipStream) ownPiece(pc piece) error {
 	if err := s.own(pc.prefix); err != nil {
 		return err
 	}
-	return s.own(pc.frame)
+	if pc.item == nil {
+		return s.own(pc.frame)
+	}
+	b, err := pc.item.AppendItem(s.scratch[:0])
+	s.scratch = b
+	if err != nil {
+		return err
+	}
+	return s.own(b)
 }
 
 // endRun sends the pending frames as a run: what follows them is the
@@ -246,7 +268,11 @@ func (s *GzipStream) complete() error {
 	r := s.match
 	if r == nil || len(r.pieces) != len(s.pending) {
 		r = &run{pieces: append([]piece(nil), s.pending...)}
-		if r.deflate(); r.deflated == nil {
+		var err error
+		if s.scratch, err = r.deflate(s.scratch); err != nil {
+			return err
+		}
+		if r.deflated == nil {
 			return s.release()
 		}
 		s.slot.CompareAndSwap(s.held, r)

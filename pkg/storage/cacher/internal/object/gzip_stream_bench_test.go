@@ -49,7 +49,7 @@ func BenchmarkGzipList(b *testing.B) {
 		s := NewGzipStream(w)
 		_, _ = s.Write(head)
 		for i, o := range objs {
-			if err := s.WriteItem(prefix(i), o, itemOf(o)); err != nil {
+			if err := s.WriteItem(prefix(i), o); err != nil {
 				b.Fatal(err)
 			}
 		}

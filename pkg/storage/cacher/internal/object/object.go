@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -32,8 +34,16 @@ type Object struct {
 	Key string
 	// Raw is the object at its storage version, as BuilderConfig.Codec encodes it,
 	// resourceVersion set: the bytes a compact JSON response at that
-	// version holds (codec.rawFor tells which responses those are).
+	// version holds (codec.rawFor tells which responses those are). A
+	// cache that compresses (BuilderConfig.Compression) keeps them in body
+	// instead, and Raw is nil. Read them with Bytes, whichever holds them.
 	Raw []byte
+	// body holds the object's bytes in place of Raw in a cache that
+	// compresses: as they are while the version is recent, then compressed
+	// by Pack, which swaps the body whole, so that every holder of the
+	// object (the store, its snapshots, the history, watchers, lists' gzip
+	// runs) sees one copy of them. nil where Raw holds them.
+	body atomic.Pointer[body]
 	// Codec decodes raw and knows which encoders write it.
 	Codec *Codec
 	// co is the object's Caching while it was sent recently (Object.Caching).
@@ -53,6 +63,10 @@ type Object struct {
 	// nameAt is where the object's name starts in Key, which ends in it as
 	// the registry's keys do, or nameApart when attrs holds it.
 	nameAt uint16
+	// size is the length of the bytes body holds, sizeNewline set when they
+	// end in a newline: a compressed object's length is not its record's.
+	// It fills what the two fields above leave of a word.
+	size uint32
 }
 
 // attrs are an object's selectable fields and index values, which not
@@ -119,8 +133,16 @@ func (o *Object) Fields() []string {
 // history budget: this struct, its key, its store and log entries.
 const objectOverhead = 300
 
-// Size is what the object holds, for the history budget.
-func (o *Object) Size() int64 { return int64(cap(o.Raw)) + objectOverhead }
+// Size is what the object holds, for the history budget: its bytes
+// uncompressed, however they are kept (Len), so that a version counts the
+// same when it leaves the history as when it entered, and the budget and
+// its gauge show no compressed size.
+func (o *Object) Size() int64 {
+	if o.body.Load() == nil {
+		return int64(cap(o.Raw)) + objectOverhead
+	}
+	return int64(o.Len()) + objectOverhead
+}
 
 // StoredSize is the size of the value etcd holds for the object when the
 // storage's codec wrote it, before any transformer (encryption at rest adds
@@ -130,10 +152,10 @@ func (o *Object) Size() int64 { return int64(cap(o.Raw)) + objectOverhead }
 // (protobuf), it is the bytes' length, a few bytes more than etcd's.
 func (o *Object) StoredSize() int64 {
 	if o.RV == 0 || o.Head == 0 {
-		return int64(len(o.Raw))
+		return int64(o.Len())
 	}
 	var rv [20]byte
-	return int64(len(o.Raw) - len(`"resourceVersion":"",`) - len(strconv.AppendUint(rv[:0], o.RV, 10)))
+	return int64(o.Len() - len(`"resourceVersion":"",`) - len(strconv.AppendUint(rv[:0], o.RV, 10)))
 }
 
 // Decode returns a new decoded copy of the object, which the caller owns.
@@ -171,24 +193,63 @@ func (o *Object) At(v storage.Versioner, rv uint64) (*Object, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Its bytes are its own, in Raw: it is sent now, and kept only with the
+	// event that leaves, never compressed.
 	return &Object{Key: o.Key, nameAt: o.nameAt, Raw: raw, Head: TypeHeader(raw), Codec: o.Codec, Labels: o.Labels,
 		attrs: o.attrs, RV: rv, Trigger: o.Trigger, Hashes: o.Hashes}, nil
 }
 
-// ListItem returns the object as the items of a list encoded by encode,
-// whose identifier is id, hold it: the concatenation of open and rest,
-// without a copy. That is the object's bytes without their type header
-// and their final newline, when that encoder writes the object's bytes,
-// compact JSON at the storage version. ok is false for any other encoder,
-// and the caller encodes a decoded copy (DeepCopyObject).
-func (o *Object) ListItem(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (open, rest []byte, ok bool) {
+// ListItem tells whether the object's bytes are its item in a list that
+// encode, whose identifier is id, writes: the object's bytes without their
+// type header and their final newline, when that encoder writes the
+// object's bytes, compact JSON at the storage version. The item is then
+// open, followed by the n bytes AppendItem appends, read only when they are
+// written. ok is false for any other encoder, and the caller encodes a
+// decoded copy (DeepCopyObject).
+func (o *Object) ListItem(id runtime.Identifier, encode func(runtime.Object, io.Writer) error) (open []byte, n int, ok bool) {
 	if o.Head == 0 || !o.Codec.rawFor(id, o, encode) {
-		return nil, nil, false
+		return nil, 0, false
 	}
-	return openBrace, bytes.TrimSuffix(o.Raw[o.Head:], []byte("\n")), true
+	n = o.Len() - int(o.Head)
+	if o.endsInNewline() {
+		n--
+	}
+	return openBrace, n, true
+}
+
+// AppendItem appends to dst the object's bytes as a list's item, after the
+// open ListItem returns: decompressed into dst where they are compressed
+// and dst has room. It fails only on a corrupt object (Bytes).
+func (o *Object) AppendItem(dst []byte) ([]byte, error) {
+	room := dst[len(dst):]
+	if o.Record() != nil && cap(room) < o.Len() {
+		// Too little room to decompress the whole object, type header
+		// included: into a buffer of the pool's, not a new one. (Bytes
+		// of an object kept as it is are its own, never the pool's.)
+		buf := itemBuffers.Get().(*[]byte)
+		defer itemBuffers.Put(buf)
+		room = slices.Grow((*buf)[:0], o.Len())
+		if cap(room) <= maxScratch {
+			*buf = room
+		}
+	}
+	b, err := o.Bytes(room)
+	if err != nil {
+		return dst, err
+	}
+	if int(o.Head) > len(b) {
+		return dst, fmt.Errorf("the cached %s at %d: %d bytes, shorter than its type header", o.Key, o.RV, len(b))
+	}
+	// Where b was decompressed into dst's room, the item moves down over
+	// the type header before it.
+	return append(dst, bytes.TrimSuffix(b[o.Head:], []byte("\n"))...), nil
 }
 
 var openBrace = []byte("{")
+
+// itemBuffers hold what AppendItem decompresses an object into when its
+// caller's buffer has no room for it.
+var itemBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // GetObjectKind implements runtime.Object: a cached object's kind is not
 // held, as a list's items in a typed list do not hold theirs.

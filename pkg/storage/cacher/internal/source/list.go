@@ -193,11 +193,11 @@ func (s *Source) held(item runtime.Object) *object.Object {
 	return nil
 }
 
-// meanSize returns the mean length of objs' bytes, at least 1.
+// meanSize returns the mean length of objs' bytes, uncompressed, at least 1.
 func meanSize(objs []*object.Object) int {
 	total := 0
 	for _, o := range objs {
-		total += len(o.Raw)
+		total += o.Len()
 	}
 	return max(1, total/max(1, len(objs)))
 }

@@ -64,6 +64,7 @@ func TestMain(m *testing.M) {
 	if len(results) > 0 {
 		var b strings.Builder
 		writeTable(&b, results)
+		writeLoadTable(&b, results)
 		os.Stdout.WriteString("\n" + b.String())
 		if *reportPath != "" {
 			f, err := os.OpenFile(*reportPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)

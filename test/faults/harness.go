@@ -102,6 +102,9 @@ type env struct {
 	// found after the heal (checkLiveness); run waits for it while the
 	// traffic still runs.
 	liveness <-chan *livenessResult
+	// byKey indexes the truth's changes by key for single-object
+	// selectors, once validate needs it (changesOf).
+	byKey map[*truth]map[string][]watchcheck.Change[objState]
 }
 
 // notef records what a fault did, for the result.
@@ -279,7 +282,10 @@ func setUp(t *testing.T, sc scenario, impl, injected string) *env {
 		t.Cleanup(p.Close)
 		e.proxies = append(e.proxies, p)
 		for _, s := range e.serverMembers {
-			if s == i {
+			switch {
+			case s == i && sc.direct:
+				serverURLs = append(serverURLs, m.ClientURL())
+			case s == i:
 				serverURLs = append(serverURLs, p.URL())
 			}
 		}
@@ -301,7 +307,7 @@ func setUp(t *testing.T, sc scenario, impl, injected string) *env {
 			// certificate, as a Deployment's pods share their Secret.
 			pki = filepath.Join(e.dir, "server-0", "pki")
 		}
-		s := startServer(t, impl, bin, filepath.Join(e.dir, fmt.Sprintf("server-%d", i)), serverURLs, envVars, pki)
+		s := startServer(t, impl, bin, filepath.Join(e.dir, fmt.Sprintf("server-%d", i)), serverURLs, envVars, pki, sc.serverArgs...)
 		e.servers = append(e.servers, s)
 		addrs = append(addrs, strings.TrimPrefix(s.config.Host, "https://"))
 	}
@@ -565,7 +571,7 @@ func (e *env) validate(r *result) {
 		if err != nil {
 			e.tb.Fatal(err)
 		}
-		changes, err := e.truthOf(s.spec.sel).Changes()
+		changes, err := e.changesOf(s.spec.sel)
 		if err != nil {
 			e.tb.Fatalf("the ground truth is incomplete: %v", err)
 		}
@@ -623,7 +629,7 @@ func (e *env) validate(r *result) {
 		if l.consistent {
 			list.MinRev = l.minRV
 		}
-		r.Add(watchcheck.CheckList(e.truthOf(l.sel), m.matches, list))
+		r.Add(e.checkList(l.sel, m, list))
 	}
 	for what, n := range e.lists.errors {
 		r.listErrors += n

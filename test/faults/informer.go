@@ -44,7 +44,9 @@ func newInformer(name string, client versioned.Interface, watchList bool) *infor
 	assignments := client.FleetV1beta1().Assignments("")
 	lw := &countingListWatch{inf: inf, noWatchList: !watchList, ListWatch: &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			inf.countSync()
+			if opts.Continue == "" { // the pager's next page is the same list
+				inf.countSync()
+			}
 			return assignments.List(ctx, opts)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {

@@ -72,6 +72,9 @@ type result struct {
 	writesFailed int
 	listErrors   int
 	notes        []string
+	// load is what a run under load measured beside the rest; nil in
+	// the scenarios without it.
+	load *loadResult
 }
 
 func (r *result) notef(format string, args ...any) {

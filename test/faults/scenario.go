@@ -63,6 +63,13 @@ type scenario struct {
 	// serverEnv is added to every server's environment, as the
 	// faultinject build's failpoints (inject.FailpointsEnvName).
 	serverEnv []string
+	// serverArgs are extra flags for every server, after the harness's
+	// own: the load's streams need --max-watches above its default.
+	serverArgs []string
+	// direct has the servers reach etcd without the proxies, for faults
+	// that do not need them: under load the proxies share the test's
+	// process with 20,000 streams' clients, which stalled them.
+	direct bool
 }
 
 // scenarios are every fault of the issue, in its order.

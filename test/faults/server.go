@@ -2,6 +2,7 @@ package faults
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -42,10 +43,14 @@ type apiServer struct {
 	// config reaches the server as its admin, from the kubeconfig it writes.
 	config *rest.Config
 	raw    *rest.RESTClient
-	// mu guards starts, and what they record.
+	// mu guards starts, and what they record, and listTimeout.
 	mu sync.Mutex
 	// starts records each start of the server: its readiness.
 	starts []*start
+	// listTimeout is how long a start's list may take before it counts as
+	// failed; 0 is 2 s. Under load the first lists after a restart wait
+	// for CPU, not for the cache.
+	listTimeout time.Duration
 }
 
 // startServer runs bin over etcdServers and waits until it is ready. env
@@ -174,7 +179,10 @@ func (s *apiServer) tryLists(ctx context.Context, st *start) bool {
 		if ok {
 			continue
 		}
-		lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s.mu.Lock()
+		timeout := cmp.Or(s.listTimeout, 2*time.Second)
+		s.mu.Unlock()
+		lctx, cancel := context.WithTimeout(ctx, timeout)
 		var code int
 		s.raw.Get().AbsPath("/apis/fleet.example.com/v1beta1", res).Param("limit", "1").MaxRetries(0).Do(lctx).StatusCode(&code)
 		cancel()

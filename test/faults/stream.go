@@ -50,6 +50,17 @@ type watchSpec struct {
 	// watch from there; 0 never.
 	backEvery int
 	backIdle  time.Duration
+	// retry, when set, is the backoff between failed opens in place of
+	// the default, 50 ms doubling to 1 s.
+	retry *wait.Backoff
+}
+
+// backoff is a fresh backoff between s's failed opens.
+func (s watchSpec) backoff() wait.Backoff {
+	if s.retry != nil {
+		return *s.retry
+	}
+	return wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: time.Second}
 }
 
 // received is one event or bookmark a stream delivered after its initial state.
@@ -73,6 +84,9 @@ type segment struct {
 	initial map[string]int64
 	// cut says the client, not the server, stopped reading it.
 	cut bool
+	// synced is when a list or a watch-list's end handed the segment its
+	// start; zero for a segment that resumes.
+	synced time.Time
 }
 
 // check is the segment as the checker reads it.
@@ -203,17 +217,13 @@ func (s *stream) run(ctx context.Context) {
 		s.probe(ctx)
 		return
 	}
-	backoff := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: time.Second}
+	backoff := s.spec.backoff()
 	var seg *segment
 	first := true
 	for ctx.Err() == nil {
 		opts := s.opts()
 		if seg == nil {
-			if !first {
-				s.mu.Lock()
-				s.relists++
-				s.mu.Unlock()
-			}
+			relist := !first
 			first = false
 			if s.spec.watchList {
 				opts.SendInitialEvents = ptr.To(true)
@@ -223,9 +233,16 @@ func (s *stream) run(ctx context.Context) {
 			} else {
 				var err error
 				if seg, err = s.sync(ctx); err != nil {
+					// The next try is the same sync, not another re-list.
+					first = !relist
 					s.failedOpen(ctx, &backoff, err)
 					continue
 				}
+			}
+			if relist {
+				s.mu.Lock()
+				s.relists++
+				s.mu.Unlock()
 			}
 		}
 		if seg.initial == nil {
@@ -267,7 +284,7 @@ func (s *stream) run(ctx context.Context) {
 			seg = &segment{from: next, last: next}
 		}
 		if e.reason != endCancel {
-			backoff = wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: time.Second}
+			backoff = s.spec.backoff()
 		}
 	}
 }
@@ -304,7 +321,7 @@ func (s *stream) sync(ctx context.Context) (*segment, error) {
 	s.markSeenLocked(items, time.Now())
 	s.handed = append(s.handed, rv)
 	s.mu.Unlock()
-	return &segment{from: rv, last: rv}, nil
+	return &segment{from: rv, last: rv, synced: time.Now()}, nil
 }
 
 // consume reads one watch connection until it ends, or until the client
@@ -369,7 +386,7 @@ func (s *stream) consume(ctx context.Context, w watch.Interface, seg *segment) (
 			// The watch-list's state is complete at rv.
 			s.lists.add(listResult{who: s.spec.name + " (watch-list)", sel: s.spec.sel, rv: rv, items: seg.initial})
 			s.markSeenLocked(seg.initial, now)
-			seg.initial, seg.from, seg.last = nil, rv, rv
+			seg.initial, seg.from, seg.last, seg.synced = nil, rv, rv, now
 			s.handed = append(s.handed, rv)
 		case seg.initial != nil && ev.Type == watch.Added:
 			seg.initial[key] = rv

@@ -29,6 +29,10 @@ type txnWriter struct {
 	rng    *rand.Rand
 	// ack records a revision a write was acknowledged at.
 	ack func(int64)
+	// pool, when set, holds the keys (namespace/name) its transactions
+	// write instead of its own: objects that single-object watchers watch
+	// (poolTxn). Set before run.
+	pool []string
 
 	// mu guards the fields below.
 	mu     sync.Mutex
@@ -74,6 +78,9 @@ func (w *txnWriter) run(ctx context.Context, interval time.Duration) {
 
 // txn writes 2–12 of the writer's assignments in one transaction.
 func (w *txnWriter) txn(ctx context.Context) error {
+	if len(w.pool) > 0 {
+		return w.poolTxn(ctx)
+	}
 	w.mu.Lock()
 	n := 2 + w.rng.IntN(11)
 	var ops []clientv3.Op

@@ -538,12 +538,19 @@ func (e *env) finish(ctx context.Context, r *result) {
 		e.lists.add(listResult{who: "final list", rv: parseRV(fresh.ResourceVersion), items: itemsOf(fresh.Items), consistent: true, minRV: last})
 	}
 	relist()
+	e.checkInformers(ctx, r, func() *v1beta1.AssignmentList { relist(); return fresh }, fresh)
+}
+
+// checkInformers compares each informer's store with fresh, listing again
+// through relist while they differ, for up to 10 s each, and counts the
+// informers' re-lists and the transactions written beside the server.
+func (e *env) checkInformers(ctx context.Context, r *result, relist func() *v1beta1.AssignmentList, fresh *v1beta1.AssignmentList) {
 	for _, inf := range e.informers {
 		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 			if d, _ := watchcheck.Diff(itemsOf(fresh.Items), inf.items()); d == "" {
 				return true, nil
 			}
-			relist()
+			fresh = relist()
 			d, _ := watchcheck.Diff(itemsOf(fresh.Items), inf.items())
 			return d == "", nil
 		}); err != nil {

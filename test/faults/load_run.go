@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/cached-apiserver/cached-apiserver/internal/watchcheck"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
 	"github.com/cached-apiserver/cached-apiserver/pkg/generated/clientset/versioned"
 )
@@ -250,22 +249,7 @@ func (e *env) finishLoad(ctx context.Context, r *result) {
 		r.Note(&r.Liveness, "the final list failed for %v after the traffic stopped: %v", finalListBound, listErr)
 		return
 	}
-	for _, inf := range e.informers {
-		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-			if d, _ := watchcheck.Diff(itemsOf(fresh.Items), inf.items()); d == "" {
-				return true, nil
-			}
-			relist()
-			d, _ := watchcheck.Diff(itemsOf(fresh.Items), inf.items())
-			return d == "", nil
-		}); err != nil {
-			d, _ := watchcheck.Diff(itemsOf(fresh.Items), inf.items())
-			r.Note(&r.Lists, "%s: store differs from a fresh list at %s: %s", inf.name, fresh.ResourceVersion, d)
-		}
-		r.relists += inf.relists()
-	}
-	txns, failed := e.txns.counts()
-	r.notef("%d transactions and agents written beside the server; failed: %v", txns, failed)
+	e.checkInformers(ctx, r, func() *v1beta1.AssignmentList { relist(); return fresh }, fresh)
 }
 
 // noteRelists names the first streams and the informers that re-listed,

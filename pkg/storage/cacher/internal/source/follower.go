@@ -169,13 +169,20 @@ func (f *follower) watch(ctx context.Context, rv uint64, relist <-chan string, a
 	// connection it gives up after a second, and the silence check asks again.
 	f.requestProgress(stream)
 	// etcd drops that request while it catches the new watch up (it syncs
-	// watches that start in the past every 100 ms): until the watch hears
-	// something, it asks again every syncPollEvery, so that an idle
-	// resource's outage ends within that of etcd's sync, not a reader's
-	// retry (100 ms) later.
+	// watches that start in the past every 100 ms): until a watch that
+	// replaces one lost in an outage hears something, it asks again every
+	// syncPollEvery, so that an idle resource's outage ends within that of
+	// etcd's sync, not a reader's retry (100 ms) later. A watch that
+	// follows a list starts at etcd's revision, with nothing to catch up,
+	// and does not poll: it would only report revisions of other resources
+	// early (upstream's RunTestConsistentList expects a list at 0 right
+	// after a write to another key not to see it).
+	polls := syncPolls
+	if !replaying && !f.outage.since.IsZero() {
+		polls = 0
+	}
 	syncPoll := f.cfg.Clock.NewTimer(syncPollEvery)
 	defer syncPoll.Stop()
-	polls := 0
 
 	check := newSilence(f.cfg.ProgressRequestInterval, f.cfg.Clock.Now())
 	ticks := f.cfg.Clock.NewTicker(check.period())

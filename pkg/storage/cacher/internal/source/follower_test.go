@@ -123,18 +123,37 @@ func TestRewatchDelay(t *testing.T) {
 	}
 }
 
-// TestNewWatchAsksUntilHeard checks that a new etcd watch asks for
-// progress every syncPollEvery until it hears something, at most
-// syncPolls times: etcd drops the requests made before it has synced the
-// watch, and an idle resource hears nothing else.
+// TestNewWatchAsksUntilHeard checks that a watch that replaces one lost
+// in an outage asks for progress every syncPollEvery until it hears
+// something, at most syncPolls times: etcd drops the requests made before
+// it has synced the watch, and an idle resource hears nothing else. The
+// first watch, after the list, does not poll.
 func TestNewWatchAsksUntilHeard(t *testing.T) {
 	for _, hears := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hears=%v", hears), func(t *testing.T) {
 			etcd := newFakeEtcd(3, pod("a", 2))
 			h := newHarness(etcd, nil)
 			h.run(t)
-			w := etcd.next(t)
+			first := etcd.next(t)
 			h.waitState(t, Ready)
+			countOn := func(stream int) int {
+				n := 0
+				for _, s := range etcd.progressRequests() {
+					if s == stream {
+						n++
+					}
+				}
+				return n
+			}
+			testkit.Eventually(t, "the request as the first watch opens", func() bool { return countOn(first.stream) == 1 })
+			for range 3 {
+				h.clk.Step(syncPollEvery)
+			}
+			if n := countOn(first.stream); n != 1 {
+				t.Fatalf("the first watch asked %d times; want once, as it opened", n)
+			}
+			first.w.stop()
+			w := h.nextWatch(t)
 			asked := func() int {
 				n := 0
 				for _, s := range etcd.progressRequests() {

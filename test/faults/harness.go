@@ -388,13 +388,7 @@ func run(t *testing.T, sc scenario, impl, injected string, seed uint64) *result 
 	// The informers start once the streams have synced: 5,000 streams
 	// listing at once (the reconnect storm) kept the watch-list informer
 	// from syncing within its minute on two cores.
-	e.informers = []*informer{newInformer("informer (list)", e.newClient(sc.clientsTo), false),
-		newInformer("informer (watch-list)", e.newClient(sc.clientsTo), true)}
-	for _, inf := range e.informers {
-		if !inf.start(clientCtx) {
-			t.Fatalf("%s never synced", inf.name)
-		}
-	}
+	e.startInformers(t, clientCtx, sc.clientsTo)
 	trafficCtx, stopTraffic := context.WithCancel(ctx)
 	defer stopTraffic()
 	var trafficWG sync.WaitGroup
@@ -539,6 +533,18 @@ func (e *env) finish(ctx context.Context, r *result) {
 	}
 	relist()
 	e.checkInformers(ctx, r, func() *v1beta1.AssignmentList { relist(); return fresh }, fresh)
+}
+
+// startInformers starts the run's two informers, one listing and one by
+// watch-list, on replica target, and waits for each to sync.
+func (e *env) startInformers(t *testing.T, ctx context.Context, target int) {
+	e.informers = []*informer{newInformer("informer (list)", e.newClient(target), false),
+		newInformer("informer (watch-list)", e.newClient(target), true)}
+	for _, inf := range e.informers {
+		if !inf.start(ctx) {
+			t.Fatalf("%s never synced", inf.name)
+		}
+	}
 }
 
 // checkInformers compares each informer's store with fresh, listing again

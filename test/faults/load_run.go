@@ -56,13 +56,7 @@ func runLoad(t *testing.T, sc scenario, cfg loadConfig, impl, injected string, s
 		t.Fatal(err)
 	}
 	r.load = load
-	e.informers = []*informer{newInformer("informer (list)", e.newClient(sc.clientsTo), false),
-		newInformer("informer (watch-list)", e.newClient(sc.clientsTo), true)}
-	for _, inf := range e.informers {
-		if !inf.start(clientCtx) {
-			t.Fatalf("%s never synced", inf.name)
-		}
-	}
+	e.startInformers(t, clientCtx, sc.clientsTo)
 
 	trafficCtx, stopTraffic := context.WithCancel(ctx)
 	defer stopTraffic()

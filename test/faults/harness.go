@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -484,7 +485,19 @@ func (e *env) sentinels(ctx context.Context, r *result, healed time.Time) {
 		}
 		wants = append(wants, want{s, sn})
 	}
+	// Each stream gets 5 s after its sentinel's write was acknowledged,
+	// and at least until sentinelDeadline+5s after the heal. A write can
+	// go through late after a member's restart: the etcd3 store's client
+	// (the generic storage factory's, which both servers share) reconnects
+	// to it only as gRPC's backoff allows, 1 s growing by 1.6 a time, up
+	// to 6 s after a 15 s kill. That is the write path's cost, measured by
+	// the recovery's note, not the cache's.
 	deadline := healed.Add(sentinelDeadline + 5*time.Second)
+	for _, w := range wants {
+		if d := w.acked.Add(5 * time.Second); d.After(deadline) {
+			deadline = d
+		}
+	}
 	_ = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Until(deadline), true, func(context.Context) (bool, error) {
 		for _, w := range wants {
 			if _, ok := w.s.seenAt(w.key); !ok {
@@ -674,6 +687,14 @@ const resumeBound = 30 * time.Second
 // readyAgain returns how long after the heal the first server's /readyz
 // answered 200, or resumeBound+1s if it did not within resumeBound. A
 // server that is not running (a replica lost for good) is not asked.
+//
+// It asks /readyz alone, and records no start: the server did not start
+// again (each restart waits for its own start, with its lists). /readyz
+// stays 200 through an outage by design, a re-list does not make it fail,
+// while a consistent list waits for etcd (the liveness check's lists,
+// allowed etcdHealthyFor after the heal). Recorded as a start, a list sent
+// then and refused, because the server's connection to a restarted member
+// was still in gRPC's reconnect backoff, read as a readiness violation.
 func (e *env) readyAgain(ctx context.Context, healed time.Time) time.Duration {
 	s := e.servers[0]
 	if !s.proc.Running() {
@@ -681,7 +702,10 @@ func (e *env) readyAgain(ctx context.Context, healed time.Time) time.Duration {
 	}
 	ctx, cancel := context.WithDeadline(ctx, healed.Add(resumeBound))
 	defer cancel()
-	if err := s.waitReady(ctx, ""); err != nil {
+	err := wait.PollUntilContextCancel(ctx, readinessPoll, true, func(ctx context.Context) (bool, error) {
+		return s.readyz(ctx) == http.StatusOK, nil
+	})
+	if err != nil {
 		if !s.proc.Running() {
 			return 0
 		}

@@ -97,7 +97,10 @@ const readyzObjects = 20_000
 // TestReadyzWaitsForCaches restarts the server over readyzObjects
 // Assignments and polls /readyz and a list of each resource, without
 // retries, from the moment it listens. /readyz must not answer 200 before
-// both lists do, and must within 0.2 s after. It used to answer 200 at 0.68
+// both lists do, and must soon after: within the readiness hook's poll
+// (upstream's StorageReadinessHook checks every 100 ms) and two of the
+// test's rounds, the one that saw the lists and the next, which is the
+// earliest a /readyz after the hook's check can be asked. It used to answer 200 at 0.68
 // s while lists answered 429 until 3.24 s: a rolling update marked the new
 // pod Ready and took the next old one down while the new one refused reads.
 func TestReadyzWaitsForCaches(t *testing.T) {
@@ -136,9 +139,17 @@ func TestReadyzWaitsForCaches(t *testing.T) {
 	// when each request completed would not do: on a busy machine a list
 	// can complete well after the /readyz that preceded it.)
 	lists := []string{"/apis/fleet.example.com/v1beta1/assignments", "/apis/fleet.example.com/v1beta1/agents"}
-	var readyAt, listedAt time.Duration
+	var readyAt, listedAt, longestRound time.Duration
 	listed := map[string]bool{}
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		roundStart, wasListed := time.Now(), listedAt != 0
+		defer func() {
+			// Only rounds that began once the lists answered: before, a
+			// list waits for the cache, which is not the hook's delay.
+			if wasListed {
+				longestRound = max(longestRound, time.Since(roundStart))
+			}
+		}()
 		ready := readyAt == 0 && status(ctx, "/readyz") == http.StatusOK
 		if ready {
 			readyAt = time.Since(started)
@@ -159,9 +170,15 @@ func TestReadyzWaitsForCaches(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("/readyz (%v) or the lists (%v) did not answer 200 within 2 minutes", readyAt, listedAt)
 	}
-	t.Logf("over %d assignments: /readyz 200 at %v, both lists at %v", readyzObjects, readyAt.Round(time.Millisecond), listedAt.Round(time.Millisecond))
-	if gap := readyAt - listedAt; gap > 200*time.Millisecond {
-		t.Errorf("/readyz answered 200 %v after the lists did, want within 0.2s", gap)
+	t.Logf("over %d assignments: /readyz 200 at %v, both lists at %v, longest round from then %v", readyzObjects,
+		readyAt.Round(time.Millisecond), listedAt.Round(time.Millisecond), longestRound.Round(time.Millisecond))
+	// On a quiet machine a round takes a few milliseconds and the bound is
+	// about 0.12 s; a loaded CI machine stretches the rounds, not the
+	// hook's poll. A /readyz that waits for anything more than the hook's
+	// next check (0.68 s late, as above) still fails.
+	const hookPoll = 100 * time.Millisecond
+	if gap, bound := readyAt-listedAt, hookPoll+10*time.Millisecond+2*max(longestRound, 10*time.Millisecond); gap > bound {
+		t.Errorf("/readyz answered 200 %v after the lists did, want within %v (the hook's poll and two rounds of %v)", gap, bound, longestRound)
 	}
 }
 

@@ -86,7 +86,7 @@ func New(cfg Config) (*Cacher, error) {
 	c.d = fanout.NewDispatcher(fanout.Config{Store: c.store, Log: c.log, Presenter: c.pres, Versioner: cfg.Versioner,
 		NewFunc: cfg.NewFunc, Clock: cfg.Clock, BookmarkFrequency: cfg.BookmarkFrequency, Gate: cfg.InitialEvents,
 		Metrics: c.metrics.Metrics})
-	c.src = source.New(source.Config{Store: cfg.Storage, Changes: cfg.changes(c.heldVersion, c.corrupt), ResourcePrefix: cfg.ResourcePrefix,
+	c.src = source.New(source.Config{Store: revisionStore{Store: cfg.Storage, read: cfg.readRevision}, Changes: cfg.changes(c.heldVersion, c.corrupt), ResourcePrefix: cfg.ResourcePrefix,
 		GroupResource: cfg.GroupResource, NewListFunc: cfg.NewListFunc, Versioner: cfg.Versioner, Build: c.build,
 		Keys: cfg.KeyReader, ListPageSize: cfg.listPageSize, ListPageBytes: cfg.listPageBytes,
 		WarmStartRevisions: cfg.WarmStartRevisions, ConsistencyCheckInterval: cfg.ConsistencyCheckInterval,
@@ -142,7 +142,7 @@ func (c *Cacher) Floor() uint64 {
 // no leader, the read fails with 503 rather than serve what may be stale.
 func (c *Cacher) waitConsistent(ctx context.Context) error {
 	revCtx, cancel := context.WithTimeout(ctx, c.cfg.FreshnessTimeout)
-	rv, err := c.cfg.Storage.GetCurrentResourceVersion(revCtx)
+	rv, err := c.cfg.readRevision(revCtx)
 	cancel()
 	c.src.Answered(err)
 	if err != nil {
@@ -160,6 +160,19 @@ func (c *Cacher) waitConsistent(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// revisionStore is the store the source lists from, with etcd's revision
+// read as the cache's consistent reads read it: through the connection its
+// watch follows etcd on (source.EtcdRevision), so that the silence check
+// asks the etcd the watch hears from.
+type revisionStore struct {
+	source.Store
+	read func(context.Context) (uint64, error)
+}
+
+func (s revisionStore) GetCurrentResourceVersion(ctx context.Context) (uint64, error) {
+	return s.read(ctx)
 }
 
 // noCurrentRevision is the error of a consistent read while etcd cannot

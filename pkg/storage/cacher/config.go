@@ -1,6 +1,7 @@
 package cacher
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -208,6 +209,10 @@ type Config struct {
 	// wrapChanges, if set, wraps the etcd changes the cache follows: tests
 	// inject faults with it.
 	wrapChanges func(source.Changes) source.Changes
+	// readRevision reads etcd's current revision. Default: through
+	// Client (source.EtcdRevision); tests that fail Storage's reads of
+	// it read it there.
+	readRevision func(context.Context) (uint64, error)
 
 	// listPageSize is the page size of the cache's own lists from the
 	// store, and listPageBytes the bytes of a page read at once; tests
@@ -224,6 +229,9 @@ func (c *Config) complete() error {
 		return fmt.Errorf("cacher: Config.KeyFunc, NewFunc, NewListFunc, GetAttrsFunc and Codec are required")
 	case c.Client == nil:
 		return fmt.Errorf("cacher: Config.Client, the etcd client the cache follows the resource's changes with, is required")
+	}
+	if c.readRevision == nil {
+		c.readRevision = source.NewEtcdRevision(c.Client, c.StoragePrefix, c.ResourcePrefix).Current
 	}
 	if c.Versioner == nil {
 		c.Versioner = storage.APIObjectVersioner{}

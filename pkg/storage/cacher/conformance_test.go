@@ -174,6 +174,11 @@ func newTestCacher(t testing.TB, opts ...setupOption) *testCacher {
 		Transformer:    transformer,
 		wrapChanges:    o.changes,
 	}
+	if o.wrap != nil {
+		// A test that wraps the store fails its reads of etcd's
+		// revision there: the cache reads it through the wrapped store.
+		cfg.readRevision = wrapped.GetCurrentResourceVersion
+	}
 	if o.indexes {
 		cfg.IndexerFuncs = storage.IndexerFuncs{"spec.nodeName": func(obj runtime.Object) string {
 			return obj.(*example.Pod).Spec.NodeName

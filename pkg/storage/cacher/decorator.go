@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -120,6 +121,20 @@ const (
 	etcdKeepaliveTimeout = 10 * time.Second
 )
 
+// etcdReconnect paces the cache's client's attempts to reach a member it
+// lost the connection to: every second at most once the first few
+// failed. gRPC's default waits 1 s, then 1.6 times longer after each
+// failure, up to 2 minutes, so that a member back after an outage is
+// reached up to about 0.6 times the outage later (13 s after a 30 s kill),
+// and the cache's watch, which waits for the connection, stays lost that
+// long. The etcd3 store's client keeps the default: it reached a member
+// killed for 14.8 s only 8.8 s after its return (a fault-suite run), and
+// the writes waited. An outage costs a dial a second per member.
+var etcdReconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: etcdDialTimeout,
+}
+
 // etcdClientLogger is the one logger of every client newEtcdClient makes,
 // at error level and without the default sampler: a sampler takes 448 KiB,
 // which a logger per client added to the empty server's heap once for each
@@ -156,7 +171,10 @@ func newEtcdClient(t storagebackend.TransportConfig, tracker *etcdconn.Tracker) 
 		DialTimeout:          etcdDialTimeout,
 		DialKeepAliveTime:    etcdKeepaliveTime,
 		DialKeepAliveTimeout: etcdKeepaliveTimeout,
-		DialOptions:          []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return tracker.Dial(ctx, "tcp", addr) })},
-		Logger:               logger,
+		DialOptions: []grpc.DialOption{
+			grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return tracker.Dial(ctx, "tcp", addr) }),
+			grpc.WithConnectParams(etcdReconnect),
+		},
+		Logger: logger,
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,5 +86,54 @@ func TestStorageDecoratorTracksConnections(t *testing.T) {
 	}
 	if egressDials.Load() < 4 {
 		t.Errorf("the transport's egress dialer made %d connections, want every one", egressDials.Load())
+	}
+}
+
+// TestCacheClientRedialsEverySecond cuts the cache's etcd client off from
+// a real etcd, refusing its dials, and checks that it tries again at
+// etcdReconnect's pace, not gRPC's default (1 s growing by 1.6 a time),
+// and is back within a second of etcd taking its dials again.
+func TestCacheClientRedialsEverySecond(t *testing.T) {
+	server := newTestEtcd(t)
+	var down atomic.Bool
+	var refused atomic.Int32
+	tracker := etcdconn.New(etcdconn.Config{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if down.Load() {
+			refused.Add(1)
+			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}})
+	client, err := newEtcdClient(storagebackend.TransportConfig{ServerList: server.V3Client.Endpoints()}, tracker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	get := func(timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_, err := client.Get(ctx, "/x")
+		return err
+	}
+	if err := get(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(true)
+	tracker.DropQuiet(0)
+	// Six refused dials take etcdReconnect about 2.6 s, and gRPC's default
+	// at least 12.6 s.
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 8*time.Second, true,
+		func(context.Context) (bool, error) { return refused.Load() >= 6, nil }); err != nil {
+		t.Fatalf("%d dials refused in 8 s, want 6 at least: the client backs off too long", refused.Load())
+	}
+	down.Store(false)
+	back := time.Now()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return get(time.Second) == nil, nil }); err != nil {
+		t.Fatal("the client did not reach etcd again")
+	}
+	// The next dial comes within MaxDelay and its jitter; allow a request.
+	if d := time.Since(back); d > 2*time.Second {
+		t.Errorf("the client reached etcd %v after it took dials again, want within about a second", d)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -425,6 +427,36 @@ func TestConsistentReadWithoutCurrentRevision(t *testing.T) {
 		t.Fatalf("watch from a cached resourceVersion: %v", err)
 	}
 	w.Stop()
+}
+
+// TestConsistentReadsAskTheCacheConnection fails every read of etcd's
+// revision through the store, as while the store's connection to a
+// restarted member waits out gRPC's backoff, and checks that consistent
+// reads are served all the same: they read the revision through the
+// cache's own client, the one its watch hears etcd on.
+func TestConsistentReadsAskTheCacheConnection(t *testing.T) {
+	ctx := context.Background()
+	store := &faultyStore{}
+	c := newTestCacher(t, func(o *setupOptions) {
+		o.wrap = func(s storage.Interface) storage.Interface { store.Interface = s; return store }
+		o.config = func(cfg *Config) { cfg.readRevision = nil } // the default
+	})
+	waitReady(t, c.Cacher)
+	unavailable := error(status.Error(codes.Unavailable, "connection reset by peer"))
+	store.currentRevErr.Store(&unavailable)
+	created := createPod(t, c, "a")
+	list := &example.PodList{}
+	if err := c.GetList(ctx, "/pods/", storage.ListOptions{Recursive: true, Predicate: storage.Everything}, list); err != nil {
+		t.Fatalf("consistent list while the store cannot read etcd's revision: %v", err)
+	}
+	listRV, _ := c.cfg.Versioner.ParseResourceVersion(list.ResourceVersion)
+	createdRV, _ := c.cfg.Versioner.ParseResourceVersion(created.ResourceVersion)
+	if listRV < createdRV || len(list.Items) != 1 {
+		t.Fatalf("consistent list at %s with %d items, want at least %s with the pod created", list.ResourceVersion, len(list.Items), created.ResourceVersion)
+	}
+	if n := store.revReads.Load(); n != 0 {
+		t.Errorf("the cache read etcd's revision through the store %d times, want none", n)
+	}
 }
 
 func createPod(t *testing.T, c *testCacher, name string) *example.Pod {

@@ -163,9 +163,9 @@ func (c *Cacher) waitConsistent(ctx context.Context) error {
 }
 
 // revisionStore is the store the source lists from, with etcd's revision
-// read as the cache's consistent reads read it: through the connection its
-// watch follows etcd on (source.EtcdRevision), so that the silence check
-// asks the etcd the watch hears from.
+// read as the cache's consistent reads read it: through the cache's own
+// client, the one its watch follows etcd with (source.EtcdRevision), so
+// that the silence check does not wait on the store's reconnection.
 type revisionStore struct {
 	source.Store
 	read func(context.Context) (uint64, error)

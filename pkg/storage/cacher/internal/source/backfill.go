@@ -192,7 +192,8 @@ func (s *Source) fill(ctx context.Context, bf *backfill) error {
 	defer hold(0)
 	// What the backfill cannot hold it does not promise: a watch from
 	// below what it kept gets 410 at once, not a wait and then a 410.
-	events, from, err := s.replay(ctx, from, to, hold, func(from uint64) { bf.from.Store(from) })
+	fillable := func() bool { return s.cfg.History.Fillable(bf.generation) }
+	events, from, err := s.replay(ctx, from, to, fillable, hold, func(from uint64) { bf.from.Store(from) })
 	if err != nil {
 		return err
 	}
@@ -279,11 +280,12 @@ func (s *Source) Backfilled() <-chan struct{} {
 }
 
 // replay builds the events from from to to: the state at from, then every
-// revision after it up to to, each event with the object it replaced. It
+// revision after it up to to, each event with the object it replaced,
+// while fillable says the log still takes them. It
 // holds the newest revisions within BackfillEvents and BackfillBytes, and
 // returns them with the revision they follow, which raise is told of as it
 // rises. It tells hold how many events it holds as it goes.
-func (s *Source) replay(ctx context.Context, from, to uint64, hold func(events int),
+func (s *Source) replay(ctx context.Context, from, to uint64, fillable func() bool, hold func(events int),
 	raise func(from uint64)) ([]*fanout.Event, uint64, error) {
 	objs, _, err := s.listAt(ctx, from, true)
 	if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
@@ -395,14 +397,38 @@ func (s *Source) replay(ctx context.Context, from, to uint64, hold func(events i
 	if inject.On(inject.BackfillIdleByHead) {
 		position = s.f.head
 	}
-	end := s.f.watch(ctx, from, nil, asked, handle, func() {}, position, true)
-	switch {
-	case end.Reason == EndCompacted:
-		return nil, 0, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, errOvertaken)
-	case !errors.Is(end.Err, errBackfilled):
-		return nil, 0, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, end)
+	// A watch that ends for a reason that passes is opened again after
+	// the last revision replayed, with what it replayed kept: starting
+	// over listed the state at from again and replayed it all, and on a
+	// starved machine (20,000 streams on two cores) a replay judged silent
+	// every few seconds never got to its end.
+	delay := minBackfillRetry
+	for {
+		resumedAt := last
+		end := s.f.watch(ctx, last, nil, asked, handle, func() {}, position, true)
+		switch {
+		case errors.Is(end.Err, errBackfilled):
+			return kept.events(), kept.from, nil
+		case end.Reason == EndCompacted:
+			return nil, 0, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, errOvertaken)
+		case !fillable():
+			return nil, 0, errMovedOn
+		case ctx.Err() != nil || unreadable(end) || inject.On(inject.BackfillGivesUp):
+			return nil, 0, fmt.Errorf("replaying etcd's history from %d to %d: %w", from, to, end)
+		}
+		if last > resumedAt {
+			delay = minBackfillRetry // it got somewhere: the end was a moment's
+		}
+		s.cfg.Metrics.Backfill(BackfillRetried)
+		klog.InfoS("Watch cache's backfill lost its etcd watch; resuming", "resource", s.cfg.GroupResource,
+			"after", last, "to", to, "retryIn", delay, "err", end)
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-s.cfg.Clock.After(delay):
+		}
+		delay = min(2*delay, maxBackfillRetry)
 	}
-	return kept.events(), kept.from, nil
 }
 
 // replayed is what a replay holds: the newest whole revisions within

@@ -48,6 +48,8 @@ type fakeEtcd struct {
 	progress []int
 	// failLists is how many lists, from now, fail as etcd not answering.
 	failLists int
+	// exactLists counts the lists at an exact revision, by revision.
+	exactLists map[uint64]int
 }
 
 type openedWatch struct {
@@ -79,6 +81,10 @@ func (e *fakeEtcd) GetList(_ context.Context, _ string, opts storage.ListOptions
 	pods, rev := e.pods, e.rev
 	if opts.ResourceVersionMatch == metav1.ResourceVersionMatchExact {
 		rev, _ = strconv.ParseUint(opts.ResourceVersion, 10, 64)
+		if e.exactLists == nil {
+			e.exactLists = map[uint64]int{}
+		}
+		e.exactLists[rev]++
 		if old, ok := e.at[rev]; ok {
 			pods = old
 		}
@@ -98,6 +104,13 @@ func (e *fakeEtcd) Watch(_ context.Context, rev uint64) ChangeStream {
 	e.mu.Unlock()
 	e.watches <- openedWatch{w: s, rv: strconv.FormatUint(rev, 10), stream: s.id}
 	return s
+}
+
+// listsAt returns how many lists at exactly rev were made.
+func (e *fakeEtcd) listsAt(rev uint64) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.exactLists[rev]
 }
 
 // progressRequests returns the watch of each progress request so far.

@@ -132,6 +132,38 @@ func TestBackfillTriesAgain(t *testing.T) {
 	}
 }
 
+// TestReplayResumes checks that a replay whose watch ends for a reason
+// that passes, after part of the history, resumes after the last revision
+// it replayed, keeping what it replayed, without listing the state at its
+// start again: started over each time, a replay that a starved machine
+// judged silent every few seconds never reached its end.
+func TestReplayResumes(t *testing.T) {
+	h, etcd := warmStart(t, nil)
+	h.run(t)
+	first := openWatches(t, h, 2)["1"]
+	if first.w == nil {
+		t.Fatal("no backfill watch after 1")
+	}
+	// The start's lists at 1: the probe of etcd's oldest revision and the state.
+	listed := etcd.listsAt(1)
+	first.w.put(pod("a", 2))
+	first.w.end(End{Reason: EndSilent, Err: errors.New("no event or progress notification")})
+	again := h.nextWatch(t)
+	if again.rv != "2" {
+		t.Fatalf("after the replay's watch ended past 2, a watch after %s opened; want one after 2", again.rv)
+	}
+	again.w.put(pod("b", 3))
+	again.w.put(pod("b", 4))
+	want := []string{"ADDED /pods/ns/a@2", "ADDED /pods/ns/b@3", "MODIFIED /pods/ns/b@4"}
+	if got := backfilled(t, h); !reflect.DeepEqual(got, want) {
+		t.Errorf("backfilled %q, want %q", got, want)
+	}
+	if n := etcd.listsAt(1); n != listed {
+		t.Errorf("the state at 1 was listed %d times, want %d: the replay started over", n, listed)
+	}
+	testkit.StepUntil(t, h.clk, func() bool { return h.n.get("backfill/filled") == 1 })
+}
+
 // TestReplayDropsRepeats checks that the replay drops a revision etcd
 // delivers twice (etcd-io/etcd#20221), as the follower does: kept, it was
 // out of order in the log.

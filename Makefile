@@ -131,7 +131,8 @@ chaos-load:
 ## profile: the cache-level runs (ours and upstream's Cacher over one etcd: transactions and leases
 ## beside the etcd3 store, an idle resource, compactions, restarts), then ROBUSTNESS_FAILPOINT_SEEDS
 ## (200) runs with the cache's failpoints armed at random inside its transitions (the faultinject
-## build; safety and liveness), then the HTTP scenarios that carry the same shapes, against both
+## build; safety and liveness), the bugs that leave a cache stuck put back and caught (make test
+## catches the others), then the HTTP scenarios that carry the same shapes, against both
 ## servers. Each run prints its seed; the tables go to bin/robustness-cache.txt,
 ## bin/robustness-failpoints.txt and bin/robustness.md.
 ROBUSTNESS_SEEDS ?= 20
@@ -144,6 +145,7 @@ robustness:
 	  ./pkg/storage/cacher/ | tee $(BIN)/robustness-cache.txt | grep -E '^(---|ok|FAIL)|\|'
 	set -o pipefail; ROBUSTNESS_FAILPOINT_SEEDS=$(ROBUSTNESS_FAILPOINT_SEEDS) $(GO) test -tags faultinject -count=1 -timeout 240m -v \
 	  -run '^TestRobustnessFailpoints$$' ./pkg/storage/cacher/ | tee $(BIN)/robustness-failpoints.txt | grep -E '^(---|ok|FAIL)|\|'
+	$(GO) test -tags faultinject -count=1 -timeout 30m -run '^TestRobustnessCatchesStuckCaches$$' ./pkg/storage/cacher/
 	$(GO) test -count=$(ROBUSTNESS_SEEDS) -timeout 240m -v -run 'TestFaults/($(ROBUSTNESS_SCENARIOS))/' ./test/faults/ \
 	  -args -chaos -report $(CURDIR)/$(BIN)/robustness.md
 

@@ -97,6 +97,10 @@ type env struct {
 	silent *silentResult
 	// soak is what the soak measured, once it has.
 	soak *soakResult
+	// compactedUnder is set by a fault that compacted etcd past what every
+	// client held (a random moment during a re-list): their re-lists are
+	// etcd's doing.
+	compactedUnder bool
 	// seed is the run's, for faults that draw from it.
 	seed uint64
 	// liveness, when a fault sets it, delivers what its liveness check
@@ -431,6 +435,7 @@ func run(t *testing.T, sc scenario, impl, injected string, seed uint64) *result 
 	r.storm = e.storm
 	r.silent = e.silent
 	r.soak = e.soak
+	r.compactedUnder = e.compactedUnder
 	r.unready = <-readyzDone
 
 	atHeal := e.writer.succeeded()

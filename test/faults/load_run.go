@@ -90,6 +90,7 @@ func runLoad(t *testing.T, sc scenario, cfg loadConfig, impl, injected string, s
 	t.Logf("healed %v after the fault began; the sentinels", healed.Sub(faultAt).Round(time.Millisecond))
 	r.unready = unready()
 	r.notes = append(r.notes, e.notes...)
+	r.compactedUnder = e.compactedUnder
 	head, err := e.headAfterHeal(ctx)
 	if err != nil {
 		t.Fatal(err)

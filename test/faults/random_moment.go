@@ -37,6 +37,15 @@ const (
 	// falls: inside the 3 s for which a failpoint holds the backfill,
 	// which begins at /readyz (backfillListFailpoint).
 	inBackfillSpread = 2 * time.Second
+	// relistCut is how long a duringRelist moment keeps the server from
+	// etcd, whose compaction meanwhile passes its caches' heads: longer
+	// than the 8–9 s in which ours finds its watch silent, so that its
+	// re-watch meets the compaction and the cache lists again once the
+	// server reaches etcd.
+	relistCut = 10 * time.Second
+	// relistSpread is how far after the server reaches etcd again a
+	// duringRelist moment falls.
+	relistSpread = 3 * time.Second
 	// backfillPoll is how often a start's backfill counts are scraped.
 	backfillPoll = 100 * time.Millisecond
 	// backfillEndTimeout bounds the wait for a start's backfills to end.
@@ -78,6 +87,15 @@ const (
 	// server whose backfill a failpoint holds open: inside the backfill. A
 	// run whose backfill had ended by then is invalid.
 	insideBackfill
+	// duringRelist makes the server's caches list again, and draws from
+	// [the server reaching etcd again, + relistSpread]: during the re-list,
+	// or right after it. aroundStart draws it in a quarter of its runs.
+	// The server is cut off (its proxy blackholed) for relistCut while etcd
+	// is compacted to its head: ours finds its watch silent, and its
+	// re-watch from its head meets the compaction. Upstream's watch, which
+	// only gRPC's keepalive (40 s) finds silent, may carry on after the cut
+	// without a re-list: the moment is then after the same cut.
+	duringRelist
 )
 
 // momentFault is the random-moment fault.
@@ -104,6 +122,9 @@ type draw struct {
 	steady bool
 	// at is where in its window the moment falls, in [0, 1).
 	at float64
+	// relist makes an aroundStart moment a duringRelist one. Drawn last,
+	// so that the draws before it replay as they did before it existed.
+	relist bool
 }
 
 func (m momentFault) draw(e *env) draw {
@@ -115,6 +136,7 @@ func (m momentFault) draw(e *env) draw {
 	d := draw{kind: etcdFaults[rng.IntN(len(etcdFaults))],
 		length: minEtcdFault + time.Duration(rng.Int64N(int64(longest-minEtcdFault)+1)),
 		victim: rng.IntN(len(e.cluster.Members)), steady: rng.IntN(3) == 0, at: rng.Float64()}
+	d.relist = m.window == aroundStart && rng.IntN(4) == 0
 	if m.kind != "" {
 		d.kind = m.kind
 	}
@@ -138,7 +160,16 @@ func (m momentFault) inject(ctx context.Context, e *env) error {
 		window    string
 		calibrate string
 	)
+	var relist *relistFollow
 	switch {
+	case d.relist || m.window == duringRelist:
+		before = e.handedRVs()
+		if relist, err = e.cutForRelist(ctx); err != nil {
+			return err
+		}
+		at = relist.at.Add(time.Duration(d.at * float64(relistSpread)))
+		window = fmt.Sprintf("[the server reaching etcd again, +%v], after %v cut off while etcd was compacted to its head",
+			relistSpread, relistCut)
 	case m.window == insideBackfill:
 		before = e.handedRVs()
 		if st, err = e.restartFollowed(ctx); err != nil {
@@ -184,7 +215,13 @@ func (m momentFault) inject(ctx context.Context, e *env) error {
 	hold(ctx, time.Until(at))
 	handed := e.handedRVs()
 	injected := time.Now()
-	phase := st.timeline(injected)
+	var phase string
+	if relist != nil {
+		st = &serverStart{at: relist.at}
+		phase = relist.timeline(ctx, e.servers[0], injected)
+	} else {
+		phase = st.timeline(injected)
+	}
 	if m.window == insideBackfill && !st.backfilling(injected) {
 		return fmt.Errorf("invalid run: the moment missed the backfill (%s)", phase)
 	}
@@ -197,8 +234,12 @@ func (m momentFault) inject(ctx context.Context, e *env) error {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	healed := time.Now()
-	e.notef("random moment (seed %d): %s at %+.2fs from the server's start, drawn from %s; at the moment: %s%s; healed %.2fs after",
-		e.seed, what, injected.Sub(st.at).Seconds(), window, phase, calibrate, healed.Sub(injected).Seconds())
+	from := "the server's start"
+	if relist != nil {
+		from = "the server reaching etcd again"
+	}
+	e.notef("random moment (seed %d): %s at %+.2fs from %s, drawn from %s; at the moment: %s%s; healed %.2fs after",
+		e.seed, what, injected.Sub(st.at).Seconds(), from, window, phase, calibrate, healed.Sub(injected).Seconds())
 	rvs := pickRVs(before, handed, livenessRVs)
 	done := make(chan *livenessResult, 1)
 	e.liveness = done
@@ -232,6 +273,48 @@ func (m momentFault) apply(ctx context.Context, e *env, d draw) error {
 		return leaderLoss(wctx, e)
 	}
 	return fmt.Errorf("no etcd fault %q", d.kind)
+}
+
+// relistFollow is a duringRelist moment's cut: when the server reached
+// etcd again, and its caches' lists before the cut.
+type relistFollow struct {
+	at     time.Time
+	before float64
+}
+
+// cachesListed is the metric that counts a cache's lists, its first one
+// included: ours and upstream's alike.
+const cachesListed = "apiserver_watch_cache_initializations_total"
+
+// cutForRelist keeps the first server from etcd for relistCut, compacts
+// etcd to its head meanwhile, and lets the server reach etcd again.
+func (e *env) cutForRelist(ctx context.Context) (*relistFollow, error) {
+	s := e.servers[0]
+	before, err := s.metric(ctx, cachesListed)
+	if err != nil {
+		return nil, err
+	}
+	p := e.proxies[e.serverMembers[0]]
+	p.Blackhole()
+	hold(ctx, relistCut)
+	err = e.cluster.compactToHead(ctx)
+	e.compactedUnder = true
+	p.Heal()
+	if err != nil {
+		return nil, fmt.Errorf("compacting etcd during the cut: %w", err)
+	}
+	return &relistFollow{at: time.Now(), before: before}, nil
+}
+
+// timeline says, at t, how many lists the server's caches made since the
+// cut began.
+func (r *relistFollow) timeline(ctx context.Context, s *apiServer, t time.Time) string {
+	out := fmt.Sprintf("%+.2fs after the server reached etcd again", t.Sub(r.at).Seconds())
+	n, err := s.metric(ctx, cachesListed)
+	if err != nil {
+		return out + fmt.Sprintf(" (its caches' lists unknown: %v)", err)
+	}
+	return out + fmt.Sprintf(", its caches listed %.0f times since the cut began", n-r.before)
 }
 
 // serverStart follows one start of the first server: when it began, when

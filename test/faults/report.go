@@ -67,11 +67,14 @@ type result struct {
 	// silent is what the member-gone-silent scenario measured; nil in others.
 	silent *silentResult
 	// soak is what the soak measured; nil in the scenarios.
-	soak         *soakResult
-	writesOK     int
-	writesFailed int
-	listErrors   int
-	notes        []string
+	soak *soakResult
+	// compactedUnder: a fault compacted etcd past what every client
+	// held, and clients re-list for etcd's compaction (env.compactedUnder).
+	compactedUnder bool
+	writesOK       int
+	writesFailed   int
+	listErrors     int
+	notes          []string
 	// load is what a run under load measured beside the rest; nil in
 	// the scenarios without it.
 	load *loadResult

@@ -104,6 +104,9 @@ type momentFault struct {
 	// kind and length, when set, replace the drawn fault and its length.
 	kind   etcdFault
 	length time.Duration
+	// noRelist keeps aroundStart from drawing a moment at a re-list:
+	// under load, where its compaction makes every client re-list.
+	noRelist bool
 }
 
 // randomMoment is m's fault function. It returns once etcd has healed,
@@ -136,7 +139,7 @@ func (m momentFault) draw(e *env) draw {
 	d := draw{kind: etcdFaults[rng.IntN(len(etcdFaults))],
 		length: minEtcdFault + time.Duration(rng.Int64N(int64(longest-minEtcdFault)+1)),
 		victim: rng.IntN(len(e.cluster.Members)), steady: rng.IntN(3) == 0, at: rng.Float64()}
-	d.relist = m.window == aroundStart && rng.IntN(4) == 0
+	d.relist = m.window == aroundStart && rng.IntN(4) == 0 && !m.noRelist
 	if m.kind != "" {
 		d.kind = m.kind
 	}

@@ -231,7 +231,7 @@ func (c *Config) complete() error {
 		return fmt.Errorf("cacher: Config.Client, the etcd client the cache follows the resource's changes with, is required")
 	}
 	if c.readRevision == nil {
-		c.readRevision = source.NewEtcdRevision(c.Client, c.StoragePrefix, c.ResourcePrefix).Current
+		c.readRevision = source.NewEtcdRevision(c.Client, c.StoragePrefix, c.ResourcePrefix, c.GroupResource).Current
 	}
 	if c.Versioner == nil {
 		c.Versioner = storage.APIObjectVersioner{}

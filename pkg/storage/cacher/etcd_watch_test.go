@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
+	etcd3metrics "k8s.io/apiserver/pkg/storage/etcd3/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/component-base/metrics/testutil"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -442,6 +444,8 @@ func TestConsistentReadsAskTheCacheConnection(t *testing.T) {
 		o.config = func(cfg *Config) { cfg.readRevision = nil } // the default
 	})
 	waitReady(t, c.Cacher)
+	etcd3metrics.Register() // as the server registers it: a metric counts once registered
+	readsBefore := etcdRevisionReads(t, "pods")
 	unavailable := error(status.Error(codes.Unavailable, "connection reset by peer"))
 	store.currentRevErr.Store(&unavailable)
 	created := createPod(t, c, "a")
@@ -457,6 +461,36 @@ func TestConsistentReadsAskTheCacheConnection(t *testing.T) {
 	if n := store.revReads.Load(); n != 0 {
 		t.Errorf("the cache read etcd's revision through the store %d times, want none", n)
 	}
+	// Counted as the store counts its own, for the dashboards that graph it.
+	if n := etcdRevisionReads(t, "pods") - readsBefore; n == 0 {
+		t.Error("etcd_requests_total counts no getCurrentResourceVersion of pods")
+	}
+}
+
+// etcdRevisionReads returns etcd_requests_total's getCurrentResourceVersion
+// count for resource, from the registry the server serves /metrics from.
+func etcdRevisionReads(t *testing.T, resource string) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, f := range families {
+		if f.GetName() != "etcd_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["operation"] == "getCurrentResourceVersion" && labels["resource"] == resource {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
 }
 
 func createPod(t *testing.T, c *testCacher, name string) *example.Pod {

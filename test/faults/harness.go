@@ -444,16 +444,7 @@ func run(t *testing.T, sc scenario, impl, injected string, seed uint64) *result 
 		s.settle()
 	}
 	e.sentinels(ctx, r, healed)
-	if err := e.waitWrites(ctx, atHeal+writesAfterHeal, resumeBound); err != nil {
-		r.writesStalled = true
-		r.notef("writes did not resume within %v of the heal", resumeBound)
-	}
-	if e.liveness != nil {
-		l := <-e.liveness
-		r.Add(l.Violations)
-		r.notes = append(r.notes, l.notes...)
-		r.harnessErrors = append(r.harnessErrors, l.harnessErrors...)
-	}
+	e.afterHeal(ctx, r, atHeal)
 	stopTraffic()
 	trafficWG.Wait()
 	e.finish(ctx, r)
@@ -682,6 +673,22 @@ func (e *env) validate(r *result) {
 	e.writer.mu.Unlock()
 	for _, s := range e.servers {
 		r.Add(s.checkReadiness())
+	}
+}
+
+// afterHeal waits for the writes to resume past atHeal, the writes that
+// had succeeded at the heal, and adds the liveness check's result, if the
+// fault started one: what both harnesses do once etcd is healed.
+func (e *env) afterHeal(ctx context.Context, r *result, atHeal int) {
+	if err := e.waitWrites(ctx, atHeal+writesAfterHeal, resumeBound); err != nil {
+		r.writesStalled = true
+		r.notef("writes did not resume within %v of the heal", resumeBound)
+	}
+	if e.liveness != nil {
+		l := <-e.liveness
+		r.Add(l.Violations)
+		r.notes = append(r.notes, l.notes...)
+		r.harnessErrors = append(r.harnessErrors, l.harnessErrors...)
 	}
 }
 

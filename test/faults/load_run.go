@@ -112,16 +112,7 @@ func runLoad(t *testing.T, sc scenario, cfg loadConfig, impl, injected string, s
 	for _, m := range rec.missing {
 		r.notef("did not receive a write made after the heal within %v: %s", loadRecoveryDeadline, m)
 	}
-	if err := e.waitWrites(ctx, atHeal+writesAfterHeal, resumeBound); err != nil {
-		r.writesStalled = true
-		r.notef("writes did not resume within %v of the heal", resumeBound)
-	}
-	if e.liveness != nil {
-		l := <-e.liveness
-		r.Add(l.Violations)
-		r.notes = append(r.notes, l.notes...)
-		r.harnessErrors = append(r.harnessErrors, l.harnessErrors...)
-	}
+	e.afterHeal(ctx, r, atHeal)
 	if load.rssAfter, load.rssSettled, err = e.settledRSS(ctx, load.rssBefore); err != nil {
 		t.Fatal(err)
 	}

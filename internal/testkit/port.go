@@ -21,7 +21,12 @@ func FreePort(tb testing.TB) int {
 // serveLoopback listens on a free loopback port and hands every connection
 // to handle, in a goroutine of its own, until the listener closes.
 func serveLoopback(handle func(net.Conn)) (net.Listener, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return serveOn("127.0.0.1:0", handle)
+}
+
+// serveOn is serveLoopback on addr.
+func serveOn(addr string, handle func(net.Conn)) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -21,13 +22,20 @@ import (
 //   - delay: every chunk is held for a latency with jitter, in order.
 //   - reset: every open connection is reset (RST) at once.
 //   - drop: new connections are refused and open ones reset until heal.
+//
+// A target that refuses a connection, as a killed member does, makes the
+// proxy refuse new ones too, by closing its listener, until the target
+// accepts again: a client sees what it would see without the proxy.
 type Proxy struct {
-	ln net.Listener
+	// addr is where the proxy listens, the same across refusals.
+	addr string
 	// toClients counts the bytes forwarded from the target to clients.
 	toClients atomic.Int64
 
 	// mu guards everything below.
-	mu     sync.Mutex
+	mu sync.Mutex
+	// ln is nil while the proxy refuses connections.
+	ln     net.Listener
 	target string
 	conns  map[*proxyConn]struct{}
 	// flowing is closed while bytes may flow; a blackhole replaces it with
@@ -35,8 +43,14 @@ type Proxy struct {
 	flowing chan struct{}
 	delay   time.Duration
 	jitter  time.Duration
-	refuse  bool
-	closed  bool
+	// dropped is set by Drop, until Heal.
+	dropped bool
+	// targetDown is set when the target refused a connection, until it
+	// accepts one again.
+	targetDown bool
+	// watching is set while a goroutine (watch) brings the listener back.
+	watching bool
+	closed   bool
 }
 
 // proxyConn is one proxied connection: the client's side and etcd's.
@@ -61,27 +75,36 @@ func NewProxy(target string) (*Proxy, error) {
 	flowing := make(chan struct{})
 	close(flowing)
 	p := &Proxy{target: target, conns: map[*proxyConn]struct{}{}, flowing: flowing}
+	p.mu.Lock() // connect waits for ln
+	defer p.mu.Unlock()
 	var err error
-	if p.ln, err = serveLoopback(p.connect); err != nil {
+	if p.ln, err = serveOn("127.0.0.1:0", p.connect); err != nil {
 		return nil, err
 	}
+	p.addr = p.ln.Addr().String()
 	return p, nil
 }
 
 // URL is the proxy's address as an etcd client URL.
-func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
+func (p *Proxy) URL() string { return "http://" + p.addr }
 
 func (p *Proxy) connect(in net.Conn) {
 	p.mu.Lock()
-	target, refuse := p.target, p.refuse
+	target, refuse := p.target, p.ln == nil
 	p.mu.Unlock()
-	if refuse {
+	if refuse { // accepted just before the listener closed
 		(&proxyConn{client: in, server: in}).close(true)
 		return
 	}
 	out, err := net.DialTimeout("tcp", target, 5*time.Second)
 	if err != nil {
 		(&proxyConn{client: in, server: in}).close(true)
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			p.mu.Lock()
+			p.targetDown = true
+			p.syncListener()
+			p.mu.Unlock()
+		}
 		return
 	}
 	c := &proxyConn{client: in, server: out}
@@ -208,7 +231,8 @@ func (p *Proxy) Reset() {
 // Drop refuses new connections until heal and resets open ones.
 func (p *Proxy) Drop() {
 	p.mu.Lock()
-	p.refuse = true
+	p.dropped = true
+	p.syncListener()
 	p.mu.Unlock()
 	p.Reset()
 }
@@ -222,7 +246,8 @@ func (p *Proxy) Heal() {
 	default:
 		close(p.flowing)
 	}
-	p.delay, p.jitter, p.refuse = 0, 0, false
+	p.delay, p.jitter, p.dropped = 0, 0, false
+	p.syncListener()
 }
 
 // Close stops the proxy and its connections.
@@ -231,8 +256,63 @@ func (p *Proxy) Close() {
 	p.closed = true
 	p.mu.Unlock()
 	p.Heal()
-	_ = p.ln.Close()
 	p.Reset()
+}
+
+// syncListener listens on addr unless the proxy is dropped, closed or its
+// target down, and otherwise not; what it cannot do at once (see the
+// target up again, listen on a port still held) a goroutine retries. mu
+// held.
+func (p *Proxy) syncListener() {
+	want := !p.closed && !p.dropped && !p.targetDown
+	if !want && p.ln != nil {
+		_ = p.ln.Close()
+		p.ln = nil
+	}
+	if want && p.ln == nil {
+		if ln, err := serveOn(p.addr, p.connect); err == nil {
+			p.ln = ln
+		}
+	}
+	if !p.closed && !p.watching && (p.targetDown || (want && p.ln == nil)) {
+		p.watching = true
+		go p.watch()
+	}
+}
+
+// watch dials a target that went down, and retries listening, every
+// 20 ms until the proxy listens again, is dropped or closed.
+func (p *Proxy) watch() {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for range tick.C {
+		p.mu.Lock()
+		down, target, closed := p.targetDown, p.target, p.closed
+		p.mu.Unlock()
+		if closed {
+			break
+		}
+		if down {
+			c, err := net.DialTimeout("tcp", target, time.Second)
+			if err != nil {
+				continue
+			}
+			_ = c.Close()
+		}
+		p.mu.Lock()
+		if down && p.target == target {
+			p.targetDown = false
+		}
+		p.syncListener()
+		stay := !p.closed && (p.targetDown || (!p.dropped && p.ln == nil))
+		p.mu.Unlock()
+		if !stay {
+			break
+		}
+	}
+	p.mu.Lock()
+	p.watching = false
+	p.mu.Unlock()
 }
 
 // Retarget forwards new connections to target, and resets the open ones.

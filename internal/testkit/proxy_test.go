@@ -1,10 +1,15 @@
 package testkit
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net"
+	"syscall"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // serve runs handle for every connection to a new loopback listener, and
@@ -47,6 +52,63 @@ func roundTrip(c net.Conn, msg string, timeout time.Duration) (string, error) {
 	return string(buf), err
 }
 
+// TestProxyRefusesAsItsTargetDoes checks that a proxy whose target refuses
+// connections, as a killed etcd member does, refuses them too, and accepts
+// them again once its target does: a client behind it sees the refusal it
+// would see without it.
+func TestProxyRefusesAsItsTargetDoes(t *testing.T) {
+	target, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := target.Addr().String()
+	target.Close()
+	p, err := NewProxy(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	// The first connection finds the target down: it is reset, as it was
+	// accepted before the proxy knew. The next ones are refused.
+	refused := func(context.Context) (bool, error) {
+		c, err := net.Dial("tcp", p.addr)
+		if err == nil {
+			_, err = roundTrip(c, "x", time.Second)
+			c.Close()
+		}
+		return errors.Is(err, syscall.ECONNREFUSED), nil
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, refused); err != nil {
+		t.Fatal("the proxy of a refusing target never refused a dial")
+	}
+	target, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := target.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	defer target.Close()
+	back := func(context.Context) (bool, error) {
+		c, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			return false, nil
+		}
+		defer c.Close()
+		got, err := roundTrip(c, "back", time.Second)
+		return err == nil && got == "back", nil
+	}
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, back); err != nil {
+		t.Fatal("the proxy did not forward again within 5 s of its target's return")
+	}
+}
+
 func TestProxy(t *testing.T) {
 	p, err := NewProxy(echoServer(t))
 	if err != nil {
@@ -54,7 +116,7 @@ func TestProxy(t *testing.T) {
 	}
 	defer p.Close()
 	dial := func() net.Conn {
-		c, err := net.Dial("tcp", p.ln.Addr().String())
+		c, err := net.Dial("tcp", p.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,13 +171,11 @@ func TestProxy(t *testing.T) {
 	})
 	t.Run("drop refuses until heal", func(t *testing.T) {
 		p.Drop()
-		// A drop resets connections: the reset may come as early as the
-		// dial itself, which is as much a refusal as a failed round trip.
-		if c, err := net.Dial("tcp", p.ln.Addr().String()); err == nil {
-			t.Cleanup(func() { c.Close() })
-			if _, err := roundTrip(c, "x", 500*time.Millisecond); err == nil {
-				t.Fatal("a connection went through a drop")
+		if c, err := net.Dial("tcp", p.addr); !errors.Is(err, syscall.ECONNREFUSED) {
+			if c != nil {
+				c.Close()
 			}
+			t.Fatalf("a dial during a drop: %v, want it refused", err)
 		}
 		p.Heal()
 		if got, err := roundTrip(dial(), "back", time.Second); err != nil || got != "back" {

@@ -90,6 +90,11 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	}
 	rest := *o.Recommended
 	rest.SecureServing = nil
+	// The etcd health and readiness checks' clients, like the stores'
+	// (StorageDecorator), dial a refused member again every second.
+	etcd := *rest.Etcd
+	cacher.RedialEtcd(&etcd.StorageConfig.Transport)
+	rest.Etcd = &etcd
 	if err := rest.ApplyTo(serverConfig); err != nil {
 		return nil, err
 	}

@@ -271,9 +271,11 @@ func (c *Cacher) RequestWatchProgress(context.Context) error {
 	return nil
 }
 
-// GetCurrentResourceVersion implements storage.Interface.
+// GetCurrentResourceVersion implements storage.Interface: etcd's current
+// revision, read as a consistent read reads it, through the cache's own
+// etcd client (Config.readRevision).
 func (c *Cacher) GetCurrentResourceVersion(ctx context.Context) (uint64, error) {
-	return c.cfg.Storage.GetCurrentResourceVersion(ctx)
+	return c.cfg.readRevision(ctx)
 }
 
 // EnableResourceSizeEstimation implements storage.Interface. It does

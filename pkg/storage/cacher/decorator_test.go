@@ -3,11 +3,14 @@ package cacher
 import (
 	"context"
 	"net"
+	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -17,6 +20,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	etcd3testing "k8s.io/apiserver/pkg/storage/etcd3/testing"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/etcdconn"
 )
@@ -135,5 +139,151 @@ func TestCacheClientRedialsEverySecond(t *testing.T) {
 	// The next dial comes within MaxDelay and its jitter; allow a request.
 	if d := time.Since(back); d > 2*time.Second {
 		t.Errorf("the client reached etcd %v after it took dials again, want within about a second", d)
+	}
+}
+
+// refusingEgress is an EgressLookup to a real etcd that refuses every dial
+// while down, as a killed member's port does, and remembers how many dials
+// each of gRPC's connection attempts (its context) made.
+type refusingEgress struct {
+	down atomic.Bool
+
+	// mu guards the fields below.
+	mu      sync.Mutex
+	conns   []net.Conn
+	refused map[context.Context]int
+}
+
+func (e *refusingEgress) lookup(egressselector.NetworkContext) (utilnet.DialFunc, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if e.down.Load() {
+			e.mu.Lock()
+			e.refused[ctx]++
+			e.mu.Unlock()
+			return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+		}
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err == nil {
+			e.mu.Lock()
+			e.conns = append(e.conns, c)
+			e.mu.Unlock()
+		}
+		return c, err
+	}, nil
+}
+
+// kill refuses dials from now on and closes every connection made.
+func (e *refusingEgress) kill() {
+	e.down.Store(true)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, c := range e.conns {
+		_ = c.Close()
+	}
+	e.conns = nil
+}
+
+// stats returns how many dials were refused, and how many connection
+// attempts had 3 refused dials or more.
+func (e *refusingEgress) stats() (refused, redialled int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, n := range e.refused {
+		refused += n
+		if n >= 3 {
+			redialled++
+		}
+	}
+	return refused, redialled
+}
+
+// TestReadinessCheckRedialsARefusedMember checks RedialEtcd on the
+// storage-readiness check the generic server builds (/readyz's
+// etcd-readiness): cut off from a real etcd whose dials are refused, its
+// client dials again about every second, not at gRPC's default pace (1 s
+// growing by 1.6 a time: 6 dials take it 12.6 s), and the check passes
+// within a few seconds of etcd taking dials again.
+func TestReadinessCheckRedialsARefusedMember(t *testing.T) {
+	server := newTestEtcd(t)
+	egress := &refusingEgress{refused: map[context.Context]int{}}
+	config := storagebackend.NewDefaultConfig(etcd3testing.PathPrefix(), examplev1Blob)
+	config.Transport = storagebackend.TransportConfig{ServerList: server.V3Client.Endpoints(), EgressLookup: egress.lookup}
+	RedialEtcd(&config.Transport)
+	stop := make(chan struct{})
+	defer close(stop)
+	check, err := factory.CreateReadyCheck(*config, stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := func(context.Context) (bool, error) { return check() == nil, nil }
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 20*time.Second, true, ready); err != nil {
+		t.Fatalf("the readiness check never passed: %v", check())
+	}
+	egress.kill()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 8*time.Second, true,
+		func(context.Context) (bool, error) { n, _ := egress.stats(); return n >= 6, nil }); err != nil {
+		n, _ := egress.stats()
+		t.Fatalf("%d dials refused in 8 s, want 6 at least: the check's client backs off as gRPC does", n)
+	}
+	egress.down.Store(false)
+	back := time.Now()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 20*time.Second, true, ready); err != nil {
+		t.Fatalf("the readiness check did not pass again: %v", check())
+	}
+	// The next dial within a second and its jitter, and the check's probe.
+	if d := time.Since(back); d > 3*time.Second {
+		t.Errorf("the readiness check passed %v after etcd took dials again, want within 3 s", d)
+	}
+}
+
+// TestStorageDecoratorRedials checks that each resource's clients, its
+// etcd3 store's and its cache's, dial a refused member again within one of
+// gRPC's connection attempts (RedialEtcd's behaviour), and write again once
+// etcd takes dials.
+func TestStorageDecoratorRedials(t *testing.T) {
+	server := newTestEtcd(t)
+	egress := &refusingEgress{refused: map[context.Context]int{}}
+	config := &storagebackend.ConfigForResource{
+		Config: storagebackend.Config{
+			Type:      storagebackend.StorageTypeETCD3,
+			Prefix:    etcd3testing.PathPrefix(),
+			Transport: storagebackend.TransportConfig{ServerList: server.V3Client.Endpoints(), EgressLookup: egress.lookup},
+			Codec:     examplev1Blob,
+		},
+		GroupResource: schema.GroupResource{Resource: "pods"},
+	}
+	prefix := "/pods/"
+	s, destroy, err := StorageDecorator(Config{ConsistencyCheckInterval: -1})(config, prefix,
+		func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(prefix, obj) },
+		func() runtime.Object { return &example.Pod{} }, func() runtime.Object { return &example.PodList{} },
+		podAttrs, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer destroy()
+	create := func(name string, timeout time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+		return s.Create(ctx, prefix+"ns/"+name, pod, &example.Pod{}, 0)
+	}
+	if err := create("before", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	egress.kill()
+	// The store's client and the cache's each keep one attempt going.
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 8*time.Second, true,
+		func(context.Context) (bool, error) { _, r := egress.stats(); return r >= 2, nil }); err != nil {
+		n, r := egress.stats()
+		t.Fatalf("%d dials refused in 8 s, %d attempts with 3 dials or more, want 2: a client does not redial", n, r)
+	}
+	egress.down.Store(false)
+	back := time.Now()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 20*time.Second, true,
+		func(context.Context) (bool, error) { return create("after", time.Second) == nil, nil }); err != nil {
+		t.Fatal("the store did not write again")
+	}
+	if d := time.Since(back); d > 3*time.Second {
+		t.Errorf("the store wrote %v after etcd took dials again, want within 3 s", d)
 	}
 }

@@ -434,8 +434,9 @@ func TestConsistentReadWithoutCurrentRevision(t *testing.T) {
 // TestConsistentReadsAskTheCacheConnection fails every read of etcd's
 // revision through the store, as while the store's connection to a
 // restarted member waits out gRPC's backoff, and checks that consistent
-// reads are served all the same: they read the revision through the
-// cache's own client, the one its watch hears etcd on.
+// reads, and GetCurrentResourceVersion, are served all the same: they read
+// the revision through the cache's own client, the one its watch hears
+// etcd on.
 func TestConsistentReadsAskTheCacheConnection(t *testing.T) {
 	ctx := context.Background()
 	store := &faultyStore{}
@@ -457,6 +458,10 @@ func TestConsistentReadsAskTheCacheConnection(t *testing.T) {
 	createdRV, _ := c.cfg.Versioner.ParseResourceVersion(created.ResourceVersion)
 	if listRV < createdRV || len(list.Items) != 1 {
 		t.Fatalf("consistent list at %s with %d items, want at least %s with the pod created", list.ResourceVersion, len(list.Items), created.ResourceVersion)
+	}
+	// storage.Interface's own revision read goes the same way.
+	if rv, err := c.GetCurrentResourceVersion(ctx); err != nil || rv < createdRV {
+		t.Errorf("GetCurrentResourceVersion while the store cannot read it: %d, %v; want at least %d", rv, err, createdRV)
 	}
 	if n := store.revReads.Load(); n != 0 {
 		t.Errorf("the cache read etcd's revision through the store %d times, want none", n)

@@ -41,6 +41,9 @@ type WatchCacheOptions struct {
 	Compression cacher.Compression
 	// Shutdown begins when the server begins to shut down; see cacher.Shutdown.
 	Shutdown *cacher.Shutdown
+	// Initialized is /readyz's check that every cache has listed once;
+	// see cacher.Initialized.
+	Initialized *cacher.Initialized
 	// Sizes are --watch-cache-sizes, parsed. As upstream, a size of 0 turns
 	// the cache off for that resource and any other size is ignored: the
 	// event log sizes itself.
@@ -99,6 +102,7 @@ func cacheConfig(o WatchCacheOptions) cacher.Config {
 		HistoryBudget:            budget,
 		Compression:              o.Compression,
 		Shutdown:                 o.Shutdown,
+		Initialized:              o.Initialized,
 		// The storage codec's serializers are Codecs', made from Scheme.
 		Scheme:        Scheme,
 		InitialEvents: gate.NewInitialEvents(gate.InitialEventsConfig{Concurrency: o.InitialEventsConcurrency}),

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	"k8s.io/apiserver/pkg/server/healthz"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/utils/clock"
 	netutils "k8s.io/utils/net"
@@ -116,6 +117,12 @@ func (o *Options) Config() (*apiserver.Config, error) {
 		return nil, fmt.Errorf("--watch-cache-sizes: %w", err)
 	}
 	o.shutdown = cacher.NewShutdown()
+	// The storage-readiness hook lets /readyz pass after
+	// --storage-initialization-timeout whether or not the caches are ready;
+	// ours refuse reads until then (cacher.Initialized).
+	o.initialized = cacher.NewInitialized()
+	initialized := o.initialized
+	serverConfig.AddReadyzChecks(healthz.NamedCheck("watch-cache-initialized", func(*http.Request) error { return initialized.Check() }))
 	decorator := apiserver.StorageDecorator(o.watchCacheOptions(sizes))
 	if o.StorageDecoratorOverride != nil {
 		decorator = o.StorageDecoratorOverride
@@ -156,6 +163,7 @@ func defaultInitialEventsConcurrency() int { return 2 * goruntime.GOMAXPROCS(0) 
 func (o *Options) watchCacheOptions(sizes map[schema.GroupResource]int) apiserver.WatchCacheOptions {
 	return apiserver.WatchCacheOptions{
 		Shutdown:                 o.shutdown,
+		Initialized:              o.initialized,
 		Enabled:                  o.Recommended.Etcd.EnableWatchCache,
 		ConsistentReadFallback:   o.ConsistentReadFallback,
 		ConsistencyCheckInterval: o.ConsistencyCheckInterval,

@@ -96,6 +96,9 @@ type Options struct {
 	// shutdown begins in a pre-shutdown hook, so that the watch caches
 	// bookmark their watchers before the server ends them.
 	shutdown *cacher.Shutdown
+	// initialized holds /readyz until every watch cache has listed once,
+	// whatever --storage-initialization-timeout says.
+	initialized *cacher.Initialized
 
 	// WatchesOffChainStack turns on the generic server's
 	// APIServingWithRoutine unless --feature-gates names it: a watch is then

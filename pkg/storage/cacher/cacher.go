@@ -95,6 +95,7 @@ func New(cfg Config) (*Cacher, error) {
 		Connections: cfg.Connections, Clock: cfg.Clock,
 		Sink: c.d, Objects: c.store, History: c.log, Ready: c.ready, Metrics: c.metrics.source})
 	cfg.Shutdown.Register(c.d)
+	cfg.Initialized.register(c)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	go func() {
@@ -111,6 +112,7 @@ func New(cfg Config) (*Cacher, error) {
 func (c *Cacher) Stop() {
 	removeLive(c)
 	c.cfg.Shutdown.Unregister(c.d)
+	c.cfg.Initialized.unregister(c)
 	c.stop()
 	<-c.done
 	c.ready.Set(source.Stopped)

@@ -185,6 +185,9 @@ type Config struct {
 	// Shutdown, when it begins, bookmarks every watcher before the server
 	// ends them; see Shutdown. Nil: never.
 	Shutdown *Shutdown
+	// Initialized, if set, tells when the cache has been ready once: a
+	// server's /readyz check; see Initialized.
+	Initialized *Initialized
 	// WatcherBuffer is the size of each watcher's channel.
 	WatcherBuffer int
 	// InitialEvents bounds how many watchers stream initial events at once,

@@ -31,10 +31,12 @@ const (
 // Readiness tracks the cache's State and lets callers wait for a change by
 // receiving from a channel.
 type Readiness struct {
-	// mu guards state and changed, and serializes unready.
-	mu      sync.Mutex
-	state   State
-	changed chan struct{}
+	// mu guards state, beenReady and changed, and serializes unready.
+	mu    sync.Mutex
+	state State
+	// beenReady is set the first time the state is Ready.
+	beenReady bool
+	changed   chan struct{}
 	// unready, if set, is 1 while the state is Pending, else 0.
 	unready Gauge
 }
@@ -60,6 +62,7 @@ func (r *Readiness) Set(s State) {
 		return
 	}
 	r.state = s
+	r.beenReady = r.beenReady || s == Ready
 	if r.unready != nil {
 		if s == Pending {
 			r.unready.Set(1)
@@ -76,6 +79,13 @@ func (r *Readiness) Get() (State, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.state, r.changed
+}
+
+// BeenReady reports whether the state has ever been Ready.
+func (r *Readiness) BeenReady() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.beenReady
 }
 
 // Check returns nil when Ready, or the error a request gets otherwise: 429

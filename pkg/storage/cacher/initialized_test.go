@@ -1,0 +1,74 @@
+package cacher
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
+)
+
+// heldListStore holds every GetList until released.
+type heldListStore struct {
+	storage.Interface
+	release chan struct{}
+}
+
+func (s *heldListStore) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return s.Interface.GetList(ctx, key, opts, listObj)
+}
+
+// TestInitialized holds a cache's first list and checks that Initialized
+// fails, naming the resource, for as long as the list is held, passes
+// once the cache is ready, stays passing when the cache is pending again
+// (a re-list), and forgets a cache stopped before it was ever ready.
+func TestInitialized(t *testing.T) {
+	initialized := NewInitialized()
+	store := &heldListStore{release: make(chan struct{})}
+	c := newTestCacher(t, func(o *setupOptions) {
+		o.wrap = func(s storage.Interface) storage.Interface { store.Interface = s; return store }
+		o.config = func(cfg *Config) { cfg.Initialized = initialized }
+	})
+	if err := initialized.Check(); err == nil || !strings.Contains(err.Error(), "pods") {
+		t.Fatalf("Check while the first list is held: %v, want an error naming pods", err)
+	}
+	close(store.release)
+	waitReady(t, c.Cacher)
+	if err := initialized.Check(); err != nil {
+		t.Fatalf("Check once ready: %v", err)
+	}
+	c.ready.Set(source.Pending) // as a re-list does
+	if err := initialized.Check(); err != nil {
+		t.Errorf("Check while a cache that was ready re-lists: %v, want nil: its clients keep their state", err)
+	}
+	c.ready.Set(source.Ready)
+
+	// A second cache that never lists holds Check until it stops.
+	held := &heldListStore{release: make(chan struct{})}
+	other := newTestCacher(t, func(o *setupOptions) {
+		o.wrap = func(s storage.Interface) storage.Interface { held.Interface = s; return held }
+		o.config = func(cfg *Config) { cfg.Initialized = initialized }
+	})
+	if err := initialized.Check(); err == nil {
+		t.Fatal("Check passes while a second cache has not listed")
+	}
+	stopped := make(chan struct{})
+	go func() { other.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a cache whose first list is held did not stop")
+	}
+	if err := initialized.Check(); err != nil {
+		t.Errorf("Check after the unready cache stopped: %v, want nil", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -174,6 +175,37 @@ func (m *millionRun) turn(b *testing.B, impl serverBinary) {
 	s.stop(b)
 }
 
+// profileStart, when MILLION_PROFILE_DIR is set, takes a CPU profile of
+// the server's first MILLION_PROFILE_SECONDS (50; the server ends a
+// request at 60 s) from /debug/pprof, in the background, into
+// <dir>/<server>-<cold|warm>.pprof: where a start's time goes (issue 66).
+func profileStart(ctx context.Context, b *testing.B, hc *http.Client, host, server string, warm bool) {
+	dir := os.Getenv("MILLION_PROFILE_DIR")
+	if dir == "" {
+		return
+	}
+	kind := "cold"
+	if warm {
+		kind = "warm"
+	}
+	seconds := testkit.EnvInt("MILLION_PROFILE_SECONDS", 50)
+	path := filepath.Join(dir, server+"-"+kind+".pprof")
+	go func() {
+		// The server listens within milliseconds of its start; retry until it does.
+		_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			profile, err := tryGet(ctx, hc, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", host, seconds))
+			if err != nil {
+				return false, nil
+			}
+			if err := os.WriteFile(path, profile, 0o644); err != nil {
+				b.Logf("writing the start's profile: %v", err)
+			}
+			b.Logf("the %s start's first %d s profiled into %s", kind, seconds, path)
+			return true, nil
+		})
+	}()
+}
+
 // laps returns a function that notes how long passed since it was last
 // called, or since laps, under a name, and logs the laps when the
 // benchmark ends: where a turn's time went.
@@ -263,6 +295,7 @@ func (m *millionRun) timedStart(ctx context.Context, b *testing.B, s *scaleServe
 		b.Fatal(err)
 	}
 	host := st.cfg.Host
+	profileStart(ctx, b, st.hc, host, filepath.Base(s.bin), warm)
 
 	stopHeap := make(chan struct{})
 	peakHeap := make(chan int64, 1)

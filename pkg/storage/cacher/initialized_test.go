@@ -1,31 +1,14 @@
 package cacher
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
-
-// heldListStore holds every GetList until released.
-type heldListStore struct {
-	storage.Interface
-	release chan struct{}
-}
-
-func (s *heldListStore) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
-	select {
-	case <-s.release:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return s.Interface.GetList(ctx, key, opts, listObj)
-}
 
 // TestInitialized holds a cache's first list and checks that Initialized
 // fails, naming the resource, for as long as the list is held, passes
@@ -33,7 +16,7 @@ func (s *heldListStore) GetList(ctx context.Context, key string, opts storage.Li
 // (a re-list), and forgets a cache stopped before it was ever ready.
 func TestInitialized(t *testing.T) {
 	initialized := NewInitialized()
-	store := &heldListStore{release: make(chan struct{})}
+	store := &heldList{release: make(chan struct{})}
 	c := newTestCacher(t, func(o *setupOptions) {
 		o.wrap = func(s storage.Interface) storage.Interface { store.Interface = s; return store }
 		o.config = func(cfg *Config) { cfg.Initialized = initialized }
@@ -53,7 +36,7 @@ func TestInitialized(t *testing.T) {
 	c.ready.Set(source.Ready)
 
 	// A second cache that never lists holds Check until it stops.
-	held := &heldListStore{release: make(chan struct{})}
+	held := &heldList{release: make(chan struct{})}
 	other := newTestCacher(t, func(o *setupOptions) {
 		o.wrap = func(s storage.Interface) storage.Interface { held.Interface = s; return held }
 		o.config = func(cfg *Config) { cfg.Initialized = initialized }

@@ -179,10 +179,12 @@ func (m *millionRun) turn(b *testing.B, impl serverBinary) {
 // the server's first MILLION_PROFILE_SECONDS (50; the server ends a
 // request at 60 s) from /debug/pprof, in the background, into
 // <dir>/<server>-<cold|warm>.pprof: where a start's time goes (issue 66).
-func profileStart(ctx context.Context, b *testing.B, hc *http.Client, host, server string, warm bool) {
+// It returns a function that waits for the profile, for the turn to call
+// before it stops the server.
+func profileStart(ctx context.Context, b *testing.B, hc *http.Client, host, server string, warm bool) func() {
 	dir := os.Getenv("MILLION_PROFILE_DIR")
 	if dir == "" {
-		return
+		return func() {}
 	}
 	kind := "cold"
 	if warm {
@@ -190,20 +192,24 @@ func profileStart(ctx context.Context, b *testing.B, hc *http.Client, host, serv
 	}
 	seconds := testkit.EnvInt("MILLION_PROFILE_SECONDS", 50)
 	path := filepath.Join(dir, server+"-"+kind+".pprof")
+	done := make(chan struct{})
 	go func() {
-		// The server listens within milliseconds of its start; retry until it does.
-		_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		defer close(done)
+		// The server listens within milliseconds of its start; retry until
+		// it answers. The profile's own request runs on ctx, not on the
+		// poll's deadline, which it would outlast.
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 			profile, err := tryGet(ctx, hc, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", host, seconds))
 			if err != nil {
 				return false, nil
 			}
-			if err := os.WriteFile(path, profile, 0o644); err != nil {
-				b.Logf("writing the start's profile: %v", err)
-			}
-			b.Logf("the %s start's first %d s profiled into %s", kind, seconds, path)
-			return true, nil
+			return true, os.WriteFile(path, profile, 0o644)
 		})
+		if err != nil {
+			b.Logf("no profile of the %s start: %v", kind, err)
+		}
 	}()
+	return func() { <-done }
 }
 
 // laps returns a function that notes how long passed since it was last
@@ -295,7 +301,8 @@ func (m *millionRun) timedStart(ctx context.Context, b *testing.B, s *scaleServe
 		b.Fatal(err)
 	}
 	host := st.cfg.Host
-	profileStart(ctx, b, st.hc, host, filepath.Base(s.bin), warm)
+	profiled := profileStart(ctx, b, st.hc, host, filepath.Base(s.bin), warm)
+	defer profiled() // before the server stops
 
 	stopHeap := make(chan struct{})
 	peakHeap := make(chan int64, 1)

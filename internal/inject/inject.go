@@ -24,8 +24,9 @@ const (
 	// ListMissesRevisionEvent leaves out of a list at R one of the objects
 	// written at R, when R wrote several.
 	ListMissesRevisionEvent Fault = "list-misses-revision-event"
-	// ReadyzWithoutCache leaves the storage-readiness hook out, so that
-	// /readyz says ready before the caches serve (issue 56).
+	// ReadyzWithoutCache leaves the storage-readiness hook and the
+	// watch-cache-initialized check out, so that /readyz says ready before
+	// the caches serve (issue 56).
 	ReadyzWithoutCache Fault = "readyz-without-cache"
 
 	// The bugs of issue 65, each where the cache's transitions once had it.

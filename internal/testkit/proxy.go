@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -50,7 +51,10 @@ type Proxy struct {
 	targetDown bool
 	// watching is set while a goroutine (watch) brings the listener back.
 	watching bool
-	closed   bool
+	// hold is a socket bound to addr, not listening, while ln is nil
+	// (holdPort); -1 when none.
+	hold   int
+	closed bool
 }
 
 // proxyConn is one proxied connection: the client's side and etcd's.
@@ -74,7 +78,7 @@ func (c *proxyConn) close(reset bool) {
 func NewProxy(target string) (*Proxy, error) {
 	flowing := make(chan struct{})
 	close(flowing)
-	p := &Proxy{target: target, conns: map[*proxyConn]struct{}{}, flowing: flowing}
+	p := &Proxy{target: target, conns: map[*proxyConn]struct{}{}, flowing: flowing, hold: -1}
 	p.mu.Lock() // connect waits for ln
 	defer p.mu.Unlock()
 	var err error
@@ -260,14 +264,21 @@ func (p *Proxy) Close() {
 }
 
 // syncListener listens on addr unless the proxy is dropped, closed or its
-// target down, and otherwise not; what it cannot do at once (see the
-// target up again, listen on a port still held) a goroutine retries. mu
-// held.
+// target down, and otherwise holds the port without listening; what it
+// cannot do at once (see the target up again, listen on a port still
+// held) a goroutine retries. mu held.
 func (p *Proxy) syncListener() {
 	want := !p.closed && !p.dropped && !p.targetDown
 	if !want && p.ln != nil {
 		_ = p.ln.Close()
 		p.ln = nil
+		if !p.closed {
+			p.hold, _ = holdPort(p.addr)
+		}
+	}
+	if (want || p.closed) && p.hold >= 0 {
+		_ = syscall.Close(p.hold)
+		p.hold = -1
 	}
 	if want && p.ln == nil {
 		if ln, err := serveOn(p.addr, p.connect); err == nil {
@@ -280,6 +291,26 @@ func (p *Proxy) syncListener() {
 	}
 }
 
+// holdPort binds a TCP socket to addr without listening: a connection to
+// it is refused, as to a port nothing listens on, and no other socket
+// (another test's listener, an outgoing connection's local port) can take
+// the port until the proxy listens on it again.
+func holdPort(addr string) (int, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		_ = syscall.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
 // watch dials a target that went down, and retries listening, every
 // 20 ms until the proxy listens again, is dropped or closed.
 func (p *Proxy) watch() {
@@ -288,10 +319,12 @@ func (p *Proxy) watch() {
 	for range tick.C {
 		p.mu.Lock()
 		down, target, closed := p.targetDown, p.target, p.closed
-		p.mu.Unlock()
 		if closed {
-			break
+			p.watching = false
+			p.mu.Unlock()
+			return
 		}
+		p.mu.Unlock()
 		if down {
 			c, err := net.DialTimeout("tcp", target, time.Second)
 			if err != nil {
@@ -303,16 +336,11 @@ func (p *Proxy) watch() {
 		if down && p.target == target {
 			p.targetDown = false
 		}
+		p.watching = false // syncListener starts another if one is needed
 		p.syncListener()
-		stay := !p.closed && (p.targetDown || (!p.dropped && p.ln == nil))
 		p.mu.Unlock()
-		if !stay {
-			break
-		}
+		return
 	}
-	p.mu.Lock()
-	p.watching = false
-	p.mu.Unlock()
 }
 
 // Retarget forwards new connections to target, and resets the open ones.

@@ -81,6 +81,11 @@ func TestProxyRefusesAsItsTargetDoes(t *testing.T) {
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, refused); err != nil {
 		t.Fatal("the proxy of a refusing target never refused a dial")
 	}
+	// While it refuses, the port stays the proxy's.
+	if ln, err := net.Listen("tcp", p.addr); err == nil {
+		ln.Close()
+		t.Fatal("another listener took the port of a proxy that refuses")
+	}
 	target, err = net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 	netutils "k8s.io/utils/net"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apiserver"
 	fleetopenapi "github.com/cached-apiserver/cached-apiserver/pkg/generated/openapi"
 	"github.com/cached-apiserver/cached-apiserver/pkg/registry"
@@ -122,7 +123,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	// ours refuse reads until then (cacher.Initialized).
 	o.initialized = cacher.NewInitialized()
 	initialized := o.initialized
-	serverConfig.AddReadyzChecks(healthz.NamedCheck("watch-cache-initialized", func(*http.Request) error { return initialized.Check() }))
+	if !inject.On(inject.ReadyzWithoutCache) {
+		serverConfig.AddReadyzChecks(healthz.NamedCheck("watch-cache-initialized", func(*http.Request) error { return initialized.Check() }))
+	}
 	decorator := apiserver.StorageDecorator(o.watchCacheOptions(sizes))
 	if o.StorageDecoratorOverride != nil {
 		decorator = o.StorageDecoratorOverride

@@ -95,7 +95,11 @@ func New(cfg Config) (*Cacher, error) {
 		Connections: cfg.Connections, Clock: cfg.Clock,
 		Sink: c.d, Objects: c.store, History: c.log, Ready: c.ready, Metrics: c.metrics.source})
 	cfg.Shutdown.Register(c.d)
-	cfg.Initialized.register(c)
+	if !cfg.ConsistentReadFallback {
+		// With the fallback, reads go to etcd until the cache is ready,
+		// as upstream's: the readiness hook's timeout is enough.
+		cfg.Initialized.register(c)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	go func() {

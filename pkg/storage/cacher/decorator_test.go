@@ -230,9 +230,11 @@ func TestReadinessCheckRedialsARefusedMember(t *testing.T) {
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 20*time.Second, true, ready); err != nil {
 		t.Fatalf("the readiness check did not pass again: %v", check())
 	}
-	// The next dial within a second and its jitter, and the check's probe.
-	if d := time.Since(back); d > 3*time.Second {
-		t.Errorf("the readiness check passed %v after etcd took dials again, want within 3 s", d)
+	// The next dial within a second and its jitter, and the check's
+	// probe; with room for a loaded CI machine. gRPC's own pace misses it
+	// by more, and fails the count of refused dials above first.
+	if d := time.Since(back); d > 5*time.Second {
+		t.Errorf("the readiness check passed %v after etcd took dials again, want within 5 s", d)
 	}
 }
 
@@ -283,7 +285,7 @@ func TestStorageDecoratorRedials(t *testing.T) {
 		func(context.Context) (bool, error) { return create("after", time.Second) == nil, nil }); err != nil {
 		t.Fatal("the store did not write again")
 	}
-	if d := time.Since(back); d > 3*time.Second {
-		t.Errorf("the store wrote %v after etcd took dials again, want within 3 s", d)
+	if d := time.Since(back); d > 5*time.Second {
+		t.Errorf("the store wrote %v after etcd took dials again, want within 5 s", d)
 	}
 }

@@ -20,6 +20,9 @@ import (
 // (issue 66), and a rolling update would take the next old replica down
 // while the new one refused reads. A cache that re-lists later does not
 // make the server unready again: its clients keep their state and retry.
+// A cache with Config.ConsistentReadFallback is not waited for: it reads
+// from etcd until ready, as upstream's does. A cache whose first list
+// never succeeds keeps the server unready, and Check names it.
 type Initialized struct {
 	// mu guards pending.
 	mu sync.Mutex

@@ -12,8 +12,9 @@ import (
 
 // TestInitialized holds a cache's first list and checks that Initialized
 // fails, naming the resource, for as long as the list is held, passes
-// once the cache is ready, stays passing when the cache is pending again
-// (a re-list), and forgets a cache stopped before it was ever ready.
+// once the cache has been ready, even pending again (a re-list) before
+// Check looked, never waits for a cache that falls back to etcd, and
+// forgets a cache stopped before it was ever ready.
 func TestInitialized(t *testing.T) {
 	initialized := NewInitialized()
 	store := &heldList{release: make(chan struct{})}
@@ -26,14 +27,27 @@ func TestInitialized(t *testing.T) {
 	}
 	close(store.release)
 	waitReady(t, c.Cacher)
-	if err := initialized.Check(); err != nil {
-		t.Fatalf("Check once ready: %v", err)
-	}
-	c.ready.Set(source.Pending) // as a re-list does
+	// Pending again before Check saw it ready: a re-list right after the
+	// first list. It has been ready once, which is what Check waits for.
+	c.ready.Set(source.Pending)
 	if err := initialized.Check(); err != nil {
 		t.Errorf("Check while a cache that was ready re-lists: %v, want nil: its clients keep their state", err)
 	}
 	c.ready.Set(source.Ready)
+	if err := initialized.Check(); err != nil {
+		t.Fatalf("Check once ready: %v", err)
+	}
+
+	// A cache that falls back to etcd is not waited for.
+	fallback := &heldList{release: make(chan struct{})}
+	defer close(fallback.release)
+	newTestCacher(t, func(o *setupOptions) {
+		o.wrap = func(s storage.Interface) storage.Interface { fallback.Interface = s; return fallback }
+		o.config = func(cfg *Config) { cfg.Initialized, cfg.ConsistentReadFallback = initialized, true }
+	})
+	if err := initialized.Check(); err != nil {
+		t.Errorf("Check while a cache with ConsistentReadFallback lists: %v, want nil: it reads from etcd meanwhile", err)
+	}
 
 	// A second cache that never lists holds Check until it stops.
 	held := &heldList{release: make(chan struct{})}

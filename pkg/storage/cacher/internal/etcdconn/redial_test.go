@@ -146,8 +146,8 @@ func TestRedialRealRefusal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := time.Since(opened); d > 2*time.Second {
-			t.Errorf("reached %v after the listener opened, want within 1.2 s and the dial", d)
+		if d := time.Since(opened); d > 4*time.Second {
+			t.Errorf("reached %v after the listener opened, want within 1.2 s and the dial (4 s on a loaded machine)", d)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Redial did not reach the listener within 10 s of its opening")

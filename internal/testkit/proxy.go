@@ -25,8 +25,9 @@ import (
 //   - drop: new connections are refused and open ones reset until heal.
 //
 // A target that refuses a connection, as a killed member does, makes the
-// proxy refuse new ones too, by closing its listener, until the target
-// accepts again: a client sees what it would see without the proxy.
+// proxy refuse new ones too, by closing its listener (and holding its
+// port), until the target accepts again: a client sees what it would see
+// without the proxy.
 type Proxy struct {
 	// addr is where the proxy listens, the same across refusals.
 	addr string

@@ -56,14 +56,13 @@ func StorageDecorator(base Config) generic.StorageDecorator {
 		triggerFuncs storage.IndexerFuncs,
 		indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
-		var dial utilnet.DialFunc
-		if lookup := config.Transport.EgressLookup; lookup != nil {
-			var err error
-			if dial, err = lookup(egressselector.Etcd.AsNetworkContext()); err != nil {
-				return nil, nil, fmt.Errorf("etcd dialer of %s: %w", config.GroupResource, err)
-			}
+		transport := config.Transport
+		RedialEtcd(&transport)
+		dial, err := transport.EgressLookup(egressselector.Etcd.AsNetworkContext())
+		if err != nil {
+			return nil, nil, fmt.Errorf("etcd dialer of %s: %w", config.GroupResource, err)
 		}
-		tracker := etcdconn.New(etcdconn.Config{Dial: etcdconn.Redial(dial, nil)})
+		tracker := etcdconn.New(etcdconn.Config{Dial: dial})
 		tracked := *config
 		tracked.Transport.EgressLookup = tracker.Lookup
 		if base.Scheme != nil {

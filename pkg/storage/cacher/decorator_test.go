@@ -99,15 +99,9 @@ func TestStorageDecoratorTracksConnections(t *testing.T) {
 // and is back within a second of etcd taking its dials again.
 func TestCacheClientRedialsEverySecond(t *testing.T) {
 	server := newTestEtcd(t)
-	var down atomic.Bool
-	var refused atomic.Int32
-	tracker := etcdconn.New(etcdconn.Config{Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if down.Load() {
-			refused.Add(1)
-			return nil, &net.OpError{Op: "dial", Net: network, Err: syscall.ECONNREFUSED}
-		}
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}})
+	egress := &refusingEgress{refused: map[context.Context]int{}}
+	dial, _ := egress.lookup(egressselector.Etcd.AsNetworkContext())
+	tracker := etcdconn.New(etcdconn.Config{Dial: dial})
 	client, err := newEtcdClient(storagebackend.TransportConfig{ServerList: server.V3Client.Endpoints()}, tracker)
 	if err != nil {
 		t.Fatal(err)
@@ -122,15 +116,16 @@ func TestCacheClientRedialsEverySecond(t *testing.T) {
 	if err := get(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	down.Store(true)
+	egress.down.Store(true)
 	tracker.DropQuiet(0)
 	// Six refused dials take etcdReconnect about 2.6 s, and gRPC's default
 	// at least 12.6 s.
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 8*time.Second, true,
-		func(context.Context) (bool, error) { return refused.Load() >= 6, nil }); err != nil {
-		t.Fatalf("%d dials refused in 8 s, want 6 at least: the client backs off too long", refused.Load())
+		func(context.Context) (bool, error) { n, _ := egress.stats(); return n >= 6, nil }); err != nil {
+		n, _ := egress.stats()
+		t.Fatalf("%d dials refused in 8 s, want 6 at least: the client backs off too long", n)
 	}
-	down.Store(false)
+	egress.down.Store(false)
 	back := time.Now()
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true,
 		func(context.Context) (bool, error) { return get(time.Second) == nil, nil }); err != nil {

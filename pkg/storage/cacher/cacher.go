@@ -88,7 +88,7 @@ func New(cfg Config) (*Cacher, error) {
 		Metrics: c.metrics.Metrics})
 	c.src = source.New(source.Config{Store: revisionStore{Store: cfg.Storage, read: cfg.readRevision}, Changes: cfg.changes(c.heldVersion, c.corrupt), ResourcePrefix: cfg.ResourcePrefix,
 		GroupResource: cfg.GroupResource, NewListFunc: cfg.NewListFunc, Versioner: cfg.Versioner, Build: c.build,
-		Keys: cfg.KeyReader, ListPageSize: cfg.listPageSize, ListPageBytes: cfg.listPageBytes,
+		Keys: cfg.KeyReader, Ranges: cfg.ranges(), ListPageSize: cfg.listPageSize, ListPageBytes: cfg.listPageBytes,
 		WarmStartRevisions: cfg.WarmStartRevisions, ConsistencyCheckInterval: cfg.ConsistencyCheckInterval,
 		BackfillEvents: cfg.MaxHistorySize, BackfillBytes: max(cfg.HistoryBudget, 0),
 		FreshnessTimeout: cfg.FreshnessTimeout, ProgressRequestInterval: cfg.ProgressRequestInterval,

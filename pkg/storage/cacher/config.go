@@ -212,6 +212,9 @@ type Config struct {
 	// wrapChanges, if set, wraps the etcd changes the cache follows: tests
 	// inject faults with it.
 	wrapChanges func(source.Changes) source.Changes
+	// wrapRanges, if set, wraps what reads the pages of the cache's own
+	// lists after the first: tests observe and fail those reads with it.
+	wrapRanges func(source.RangeReader) source.RangeReader
 	// readRevision reads etcd's current revision. Default: through
 	// Client (source.EtcdRevision); tests that fail Storage's reads of
 	// it read it there.
@@ -307,6 +310,17 @@ func (c *Config) changes(held func(key string, rev uint64) *object.Object, corru
 		ch = corrupt
 	}
 	return ch
+}
+
+// ranges reads the pages of the cache's own lists after the first from
+// etcd, each over its own keys, with values read as Storage reads them.
+func (c *Config) ranges() source.RangeReader {
+	var r source.RangeReader = source.NewEtcdRanges(source.EtcdRangesConfig{Client: c.Client, StoragePrefix: c.StoragePrefix,
+		ResourcePrefix: c.ResourcePrefix, Transformer: c.Transformer, Decode: c.decoder()})
+	if c.wrapRanges != nil {
+		r = c.wrapRanges(r)
+	}
+	return r
 }
 
 // decoder decodes a value etcd holds at a revision, as Storage's watch

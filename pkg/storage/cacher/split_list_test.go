@@ -22,6 +22,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
+	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/source"
 )
 
 // countingKeys counts the key lists a cache reads, and closes started at
@@ -39,12 +40,13 @@ func (k *countingKeys) ReadKeys(ctx context.Context, rev int64, fn func(string, 
 	return k.KeyReader.ReadKeys(ctx, rev, fn)
 }
 
-// pageLimits records the limit of every page a cache reads after its
-// first, from a continue token, and sums them by the revision the token
-// carries: how many objects it read from etcd at each revision, as every
-// such page is exact. With keysStarted, the first page waits for the
-// keys' read to start, for up to 5 s, and says in overlapped whether it
-// did: whether the two are read at once.
+// pageLimits records the size of every page a cache reads after its
+// first, from a continue token through the store or as a range of keys,
+// and sums them by the revision they are read at: how many objects it
+// read from etcd at each revision, as every such page is exact. With
+// keysStarted, the first page waits for the keys' read to start, for up
+// to 5 s, and says in overlapped whether it did: whether the two are read
+// at once.
 type pageLimits struct {
 	storage.Interface
 	keysStarted <-chan struct{}
@@ -55,18 +57,28 @@ type pageLimits struct {
 	readAt map[int64]int64
 }
 
+// wrap makes p observe cfg's store and ranges.
+func (p *pageLimits) wrap(cfg *Config) {
+	p.Interface = cfg.Storage
+	cfg.Storage = p
+	cfg.wrapRanges = func(r source.RangeReader) source.RangeReader { return pageRanges{RangeReader: r, p: p} }
+}
+
+func (p *pageLimits) record(rev, objects int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.limits = append(p.limits, objects)
+	if p.readAt == nil {
+		p.readAt = map[int64]int64{}
+	}
+	p.readAt[rev] += objects
+}
+
 func (p *pageLimits) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
 	if opts.Predicate.Continue != "" {
-		_, rv, err := storage.DecodeContinue(opts.Predicate.Continue, "/pods/")
-		p.mu.Lock()
-		p.limits = append(p.limits, opts.Predicate.Limit)
-		if err == nil {
-			if p.readAt == nil {
-				p.readAt = map[int64]int64{}
-			}
-			p.readAt[rv] += opts.Predicate.Limit
+		if _, rv, err := storage.DecodeContinue(opts.Predicate.Continue, "/pods/"); err == nil {
+			p.record(rv, opts.Predicate.Limit)
 		}
-		p.mu.Unlock()
 	} else if p.keysStarted != nil {
 		select {
 		case <-p.keysStarted:
@@ -75,6 +87,23 @@ func (p *pageLimits) GetList(ctx context.Context, key string, opts storage.ListO
 		}
 	}
 	return p.Interface.GetList(ctx, key, opts, listObj)
+}
+
+// pageRanges records the pages read as ranges of keys in p: how many
+// objects each held.
+type pageRanges struct {
+	source.RangeReader
+	p *pageLimits
+}
+
+func (r pageRanges) ReadRange(ctx context.Context, rev int64, from, to string, fn func(string, int64, func() (runtime.Object, error)) error) error {
+	var n int64
+	err := r.RangeReader.ReadRange(ctx, rev, from, to, func(key string, modRev int64, read func() (runtime.Object, error)) error {
+		n++
+		return fn(key, modRev, read)
+	})
+	r.p.record(rev, n)
+	return err
 }
 
 // TestListSplit restarts a cache over pods in pages of 3: with a
@@ -120,8 +149,7 @@ func TestListSplit(t *testing.T) {
 			var keys *countingKeys
 			pages := &pageLimits{}
 			restarted := restartCache(t, c, func(cfg *Config) {
-				pages.Interface = cfg.Storage
-				cfg.Storage = pages
+				pages.wrap(cfg)
 				cfg.listPageSize, cfg.listPageBytes = 3, tc.pageBytes
 				cfg.WarmStartRevisions = -1 // no backfill, which lists again
 				if cfg.KeyReader != nil {
@@ -193,8 +221,7 @@ func TestBackfillReadsWhatChanged(t *testing.T) {
 
 	pages := &pageLimits{}
 	restarted := restartCache(t, c, func(cfg *Config) {
-		pages.Interface = cfg.Storage
-		cfg.Storage = pages
+		pages.wrap(cfg)
 		cfg.listPageSize = 3
 		cfg.WarmStartRevisions = 2
 	})

@@ -1,8 +1,9 @@
 // Package source is everything the watch cache reads from etcd.
 //
 // A Source lists the resource (list.go; after a first page, the rest in
-// pages read at once, split by the keys read without values: split.go,
-// keys.go), hands the state to the cache's Sink, and follows etcd from that
+// pages read at once, split by the keys read without values, each page a
+// range of its own keys read straight from etcd: split.go, keys.go,
+// ranges.go), hands the state to the cache's Sink, and follows etcd from that
 // revision (follower.go) on etcd's own watch, whose responses hold whole
 // revisions (changes.go, etcd_changes.go): it re-watches from the cache's
 // head whenever a watch ends without losing history, finds a watch gone

@@ -263,13 +263,7 @@ func (s *etcdStream) held(ch *Change) bool {
 
 // read reads a stored value at rev, as the etcd3 store's watch does.
 func (s *etcdStream) read(key, data []byte, rev uint64) (runtime.Object, error) {
-	if t := s.c.cfg.Transformer; t != nil {
-		var err error
-		if data, _, err = t.TransformFromStorage(s.ctx, data, storagevalue.DefaultContext(key)); err != nil {
-			return nil, err
-		}
-	}
-	return s.c.cfg.Decode(data, rev)
+	return etcdValues{transformer: s.c.cfg.Transformer, decode: s.c.cfg.Decode}.read(s.ctx, key, data, rev)
 }
 
 // classifyEtcd decides what an error ending an etcd watch means.

@@ -5,7 +5,7 @@ import (
 	"path"
 	"strings"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 )
@@ -19,16 +19,18 @@ type KeyReader interface {
 	ReadKeys(ctx context.Context, rev int64, fn func(key string, modRev int64)) (bytes int64, err error)
 }
 
-// keyReaderPageSize is how many keys one etcd range request returns. At
-// about 100 bytes a key a page stays near 1 MiB, well under etcd's 1.5 MiB
-// request limit that values would make a full list page run into.
+// keyReaderPageSize is how many keys one etcd range request returns from an
+// etcd without RangeStream (readPages). At about 100 bytes a key a page
+// stays near 1 MiB.
 const keyReaderPageSize = 10000
 
-// EtcdKeyReader is a KeyReader over an etcd client, reading keys only, in
-// pages, at one revision.
+// EtcdKeyReader is a KeyReader over an etcd client, reading keys only, at
+// one revision.
 type EtcdKeyReader struct {
 	client *clientv3.Client
 	prefix etcdPrefix
+	// pageSize is readPages' page: keyReaderPageSize but in tests.
+	pageSize int64
 }
 
 var _ KeyReader = &EtcdKeyReader{}
@@ -36,7 +38,7 @@ var _ KeyReader = &EtcdKeyReader{}
 // NewEtcdKeyReader reads the keys the etcd3 store built with storagePrefix
 // (storagebackend.Config.Prefix) keeps for resourcePrefix.
 func NewEtcdKeyReader(client *clientv3.Client, storagePrefix, resourcePrefix string) *EtcdKeyReader {
-	return &EtcdKeyReader{client: client, prefix: newEtcdPrefix(storagePrefix, resourcePrefix)}
+	return &EtcdKeyReader{client: client, prefix: newEtcdPrefix(storagePrefix, resourcePrefix), pageSize: keyReaderPageSize}
 }
 
 // etcdPrefix is where the etcd3 store keeps a resource's keys.
@@ -62,32 +64,26 @@ func newEtcdPrefix(storagePrefix, resourcePrefix string) etcdPrefix {
 	return etcdPrefix{pathPrefix: pathPrefix, rangePrefix: rangePrefix}
 }
 
+// etcdKey is the etcd key of a storage key: cacheKey's inverse.
+func (p etcdPrefix) etcdKey(cacheKey string) string {
+	return p.pathPrefix + strings.TrimPrefix(cacheKey, "/")
+}
+
 // cacheKey is the storage key of an etcd key.
 func (p etcdPrefix) cacheKey(etcdKey []byte) string {
 	return "/" + strings.TrimPrefix(string(etcdKey), p.pathPrefix)
 }
 
-// ReadKeys implements KeyReader.
+// ReadKeys implements KeyReader, as one stream (streamRange).
 func (r *EtcdKeyReader) ReadKeys(ctx context.Context, rev int64, fn func(key string, modRev int64)) (int64, error) {
 	var bytes int64
-	end := clientv3.GetPrefixRangeEnd(r.prefix.rangePrefix)
-	from := r.prefix.rangePrefix
-	for {
-		resp, err := r.client.Get(ctx, from, clientv3.WithRange(end), clientv3.WithRev(rev),
-			clientv3.WithKeysOnly(), clientv3.WithLimit(keyReaderPageSize))
-		if err != nil {
-			return bytes, err
-		}
-		bytes += int64(responseSize(resp))
-		for _, kv := range resp.Kvs {
-			fn(r.prefix.cacheKey(kv.Key), kv.ModRevision)
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return bytes, nil
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
+	err := streamRange(ctx, r.client, r.prefix.rangePrefix, clientv3.GetPrefixRangeEnd(r.prefix.rangePrefix), rev, true, r.pageSize,
+		func(kvs []*mvccpb.KeyValue) error {
+			for _, kv := range kvs {
+				bytes += int64(proto.Size(kv))
+				fn(r.prefix.cacheKey(kv.Key), kv.ModRevision)
+			}
+			return nil
+		})
+	return bytes, err
 }
-
-// responseSize is the size of a range response on the wire.
-func responseSize(resp *clientv3.GetResponse) int { return proto.Size((*pb.RangeResponse)(resp)) }

@@ -82,6 +82,11 @@ type Config struct {
 	// Keys, if set, reads the resource's keys without values: lists are
 	// then read in pages at once, and the consistency check runs.
 	Keys KeyReader
+	// Ranges, if set with Keys, reads the pages of a list after the first
+	// (listSplit), each over its own keys only; without it they are read
+	// through Store, each to the end of the resource, at a cost to etcd
+	// that grows as the square of the objects (streamRange).
+	Ranges RangeReader
 	// ListPageSize bounds the pages of the source's lists, and
 	// ListPageBytes the bytes of the objects in each page after the first
 	// (split.go).

@@ -6,6 +6,7 @@ import (
 	goruntime "runtime"
 
 	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
@@ -29,8 +30,9 @@ const heldGap = 16
 // in key order (with share, as listAt), in pages read at once by as many
 // goroutines as the process has CPUs: at least one page per CPU, and pages
 // of at most Config.ListPageSize objects and, for objects of size bytes on
-// average, of Config.ListPageBytes. Each page is a list from the
-// underlying store with a continue token made for its first key.
+// average, of Config.ListPageBytes. Each page is read with Config.Ranges,
+// up to the next page's first key (readRange), or without it as a list
+// from the underlying store with a continue token made for its first key.
 //
 // The store decodes a page in the goroutine that asks for it, and decoding
 // is most of a start: 4.5 of 6 s at 100,000 objects of 1 KiB, read page
@@ -82,13 +84,18 @@ func (s *Source) listSplit(ctx context.Context, opts storage.ListOptions, rev ui
 	g.SetLimit(cpus)
 	for _, p := range pages {
 		g.Go(func() error {
-			page := opts
-			page.Predicate.Limit = int64(p[1] - p[0])
+			var read []*object.Object
 			var err error
-			if page.Predicate.Continue, err = storage.EncodeContinue(keys[p[0]].key, prefix, int64(rev)); err != nil {
-				return err
+			if s.cfg.Ranges != nil {
+				read, err = s.readRange(gctx, rev, keys, p, share)
+			} else {
+				page := opts
+				page.Predicate.Limit = int64(p[1] - p[0])
+				if page.Predicate.Continue, err = storage.EncodeContinue(keys[p[0]].key, prefix, int64(rev)); err != nil {
+					return err
+				}
+				read, _, _, err = s.listPage(gctx, page, share)
 			}
-			read, _, _, err := s.listPage(gctx, page, share)
 			if err != nil {
 				return err
 			}
@@ -107,6 +114,38 @@ func (s *Source) listSplit(ctx context.Context, opts storage.ListOptions, rev ui
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
+	}
+	return objs, nil
+}
+
+// readRange reads page p of keys at rev with Config.Ranges, up to the key
+// after it: with share, as listAt, an object the store holds at its key's
+// revision is the store's, and is not decoded.
+func (s *Source) readRange(ctx context.Context, rev uint64, keys []keyRev, p [2]int, share bool) ([]*object.Object, error) {
+	to := ""
+	if p[1] < len(keys) {
+		to = keys[p[1]].key
+	}
+	objs := make([]*object.Object, 0, p[1]-p[0])
+	err := s.cfg.Ranges.ReadRange(ctx, int64(rev), keys[p[0]].key, to, func(key string, modRev int64, read func() (runtime.Object, error)) error {
+		if share {
+			if o, ok := s.cfg.Objects.Get(key); ok && o.RV == uint64(modRev) {
+				objs = append(objs, o)
+				return nil
+			}
+		}
+		item, err := read()
+		if err == nil {
+			var o *object.Object
+			if o, err = s.cfg.Build.Build(item); err == nil {
+				objs = append(objs, o)
+				return nil
+			}
+		}
+		return fmt.Errorf("%w: %s at revision %d: %w", errUnreadable, key, modRev, err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", s.cfg.GroupResource, err)
 	}
 	return objs, nil
 }

@@ -1,0 +1,170 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	grpccodes "google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	storagevalue "k8s.io/apiserver/pkg/storage/value"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
+)
+
+// RangeReader reads the objects etcd holds in a range of the resource's
+// keys: listSplit reads its pages with it, each up to the first key of the
+// next, where a page read through the etcd3 store runs to the end of the
+// resource.
+type RangeReader interface {
+	// ReadRange calls fn in key order for each key of the resource from
+	// from up to, not including, to ("" for the resource's end) at rev,
+	// with the revision it was last modified at, and a read that decodes
+	// its value as the etcd3 store's list would. A revision etcd compacted
+	// is a ResourceExpired error, as the store's.
+	ReadRange(ctx context.Context, rev int64, from, to string, fn func(key string, modRev int64, read func() (runtime.Object, error)) error) error
+}
+
+// EtcdRangesConfig is what EtcdRanges reads and how.
+type EtcdRangesConfig struct {
+	// Client is the etcd the etcd3 store writes to.
+	Client *clientv3.Client
+	// StoragePrefix (storagebackend.Config.Prefix) and ResourcePrefix place
+	// the resource's keys, as the etcd3 store does.
+	StoragePrefix, ResourcePrefix string
+	// Transformer and Decode read a value as in EtcdChangesConfig.
+	Transformer storagevalue.Transformer
+	Decode      func(data []byte, rev uint64) (runtime.Object, error)
+}
+
+// EtcdRanges is a RangeReader over an etcd client.
+type EtcdRanges struct {
+	cfg    EtcdRangesConfig
+	prefix etcdPrefix
+	values etcdValues
+	// pageSize is readPages' page: keyReaderPageSize but in tests.
+	pageSize int64
+}
+
+var _ RangeReader = &EtcdRanges{}
+
+// NewEtcdRanges returns a RangeReader over cfg.
+func NewEtcdRanges(cfg EtcdRangesConfig) *EtcdRanges {
+	return &EtcdRanges{cfg: cfg, prefix: newEtcdPrefix(cfg.StoragePrefix, cfg.ResourcePrefix),
+		values: etcdValues{transformer: cfg.Transformer, decode: cfg.Decode}, pageSize: keyReaderPageSize}
+}
+
+// ReadRange implements RangeReader.
+func (r *EtcdRanges) ReadRange(ctx context.Context, rev int64, from, to string, fn func(key string, modRev int64, read func() (runtime.Object, error)) error) error {
+	if err := inject.Hit(ctx, inject.ListPageBefore); err != nil {
+		return err
+	}
+	end := clientv3.GetPrefixRangeEnd(r.prefix.rangePrefix)
+	if to != "" {
+		end = r.prefix.etcdKey(to)
+	}
+	err := streamRange(ctx, r.cfg.Client, r.prefix.etcdKey(from), end, rev, false, r.pageSize, func(kvs []*mvccpb.KeyValue) error {
+		for _, kv := range kvs {
+			read := func() (runtime.Object, error) { return r.values.read(ctx, kv.Key, kv.Value, uint64(kv.ModRevision)) }
+			if err := fn(r.prefix.cacheKey(kv.Key), kv.ModRevision, read); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return apierrors.NewResourceExpired(fmt.Sprintf("revision %d was compacted while the cache listed it: %v", rev, err))
+	}
+	if err != nil {
+		return err
+	}
+	return inject.Hit(ctx, inject.ListPageAfter)
+}
+
+// etcdValues reads a stored value as the etcd3 store does: through its
+// transformer (encryption at rest), if any, then decoded at a revision.
+type etcdValues struct {
+	transformer storagevalue.Transformer
+	decode      func(data []byte, rev uint64) (runtime.Object, error)
+}
+
+func (v etcdValues) read(ctx context.Context, key, data []byte, rev uint64) (runtime.Object, error) {
+	if v.transformer != nil {
+		var err error
+		if data, _, err = v.transformer.TransformFromStorage(ctx, data, storagevalue.DefaultContext(key)); err != nil {
+			return nil, err
+		}
+	}
+	return v.decode(data, rev)
+}
+
+// streamRange calls fn, chunk after chunk, with the key-values etcd holds
+// in [from, end) at rev, in key order, and keys only with keysOnly.
+//
+// It reads them as one RangeStream, which costs etcd the keys it returns.
+// A range read with a limit costs etcd every key to the end of its range
+// besides, which it counts to say how many remain (the etcd3 store's paged
+// lists, and its streams with a limit, count them too): read as pages of
+// 10,000, a million keys cost etcd 10.5 s of CPU without their values,
+// and 14.5 s with them, against 0.75 s and 5.1 s streamed over each page's
+// own range (docs/benchmarks.md, A million objects). An etcd without
+// RangeStream (before 3.7) is read in pages of pageSize.
+func streamRange(ctx context.Context, client *clientv3.Client, from, end string, rev int64, keysOnly bool, pageSize int64, fn func([]*mvccpb.KeyValue) error) error {
+	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithRev(rev)}
+	if keysOnly {
+		opts = append(opts, clientv3.WithKeysOnly())
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.GetStream(ctx, from, opts...)
+	if grpcstatus.Code(err) == grpccodes.Unimplemented {
+		return readPages(ctx, client, from, append(opts, clientv3.WithLimit(pageSize)), fn)
+	}
+	if err != nil {
+		return err
+	}
+	// The client's goroutine sends on stream until the stream ends, which
+	// cancel makes it do: it must be drained, or it stays blocked.
+	defer func() {
+		cancel()
+		for range stream {
+		}
+	}()
+	first := true
+	for resp := range stream {
+		if err := resp.Err(); err != nil {
+			if first && grpcstatus.Code(err) == grpccodes.Unimplemented {
+				return readPages(ctx, client, from, append(opts, clientv3.WithLimit(pageSize)), fn)
+			}
+			return err
+		}
+		first = false
+		if err := fn(resp.Kvs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readPages is streamRange's reading on an etcd without RangeStream, with
+// opts' limit as its pages' size.
+func readPages(ctx context.Context, client *clientv3.Client, from string, opts []clientv3.OpOption, fn func([]*mvccpb.KeyValue) error) error {
+	for {
+		resp, err := client.Get(ctx, from, opts...)
+		if err != nil {
+			return err
+		}
+		if err := fn(resp.Kvs); err != nil {
+			return err
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}

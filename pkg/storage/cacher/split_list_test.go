@@ -42,19 +42,20 @@ func (k *countingKeys) ReadKeys(ctx context.Context, rev int64, fn func(string, 
 
 // pageLimits records the size of every page a cache reads after its
 // first, from a continue token through the store or as a range of keys,
-// and sums them by the revision they are read at: how many objects it
-// read from etcd at each revision, as every such page is exact. With
-// keysStarted, the first page waits for the keys' read to start, for up
-// to 5 s, and says in overlapped whether it did: whether the two are read
-// at once.
+// and sums by the revision they are read at how many objects it decoded:
+// every object of a page through the store, as every such page is exact;
+// in a range, those the store does not hold (and, in ranged, every key
+// the range held). With keysStarted, the first page waits for the keys'
+// read to start, for up to 5 s, and says in overlapped whether it did:
+// whether the two are read at once.
 type pageLimits struct {
 	storage.Interface
 	keysStarted <-chan struct{}
 	overlapped  atomic.Bool
-	// mu guards limits and readAt.
-	mu     sync.Mutex
-	limits []int64
-	readAt map[int64]int64
+	// mu guards limits, readAt and ranged.
+	mu             sync.Mutex
+	limits         []int64
+	readAt, ranged map[int64]int64
 }
 
 // wrap makes p observe cfg's store and ranges.
@@ -64,20 +65,21 @@ func (p *pageLimits) wrap(cfg *Config) {
 	cfg.wrapRanges = func(r source.RangeReader) source.RangeReader { return pageRanges{RangeReader: r, p: p} }
 }
 
-func (p *pageLimits) record(rev, objects int64) {
+func (p *pageLimits) record(rev, objects, decoded int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.limits = append(p.limits, objects)
 	if p.readAt == nil {
-		p.readAt = map[int64]int64{}
+		p.readAt, p.ranged = map[int64]int64{}, map[int64]int64{}
 	}
-	p.readAt[rev] += objects
+	p.readAt[rev] += decoded
+	p.ranged[rev] += objects
 }
 
 func (p *pageLimits) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
 	if opts.Predicate.Continue != "" {
 		if _, rv, err := storage.DecodeContinue(opts.Predicate.Continue, "/pods/"); err == nil {
-			p.record(rv, opts.Predicate.Limit)
+			p.record(rv, opts.Predicate.Limit, opts.Predicate.Limit)
 		}
 	} else if p.keysStarted != nil {
 		select {
@@ -90,19 +92,22 @@ func (p *pageLimits) GetList(ctx context.Context, key string, opts storage.ListO
 }
 
 // pageRanges records the pages read as ranges of keys in p: how many
-// objects each held.
+// objects each held, and how many of them the cache decoded.
 type pageRanges struct {
 	source.RangeReader
 	p *pageLimits
 }
 
 func (r pageRanges) ReadRange(ctx context.Context, rev int64, from, to string, fn func(string, int64, func() (runtime.Object, error)) error) error {
-	var n int64
+	var n, decoded int64
 	err := r.RangeReader.ReadRange(ctx, rev, from, to, func(key string, modRev int64, read func() (runtime.Object, error)) error {
 		n++
-		return fn(key, modRev, read)
+		return fn(key, modRev, func() (runtime.Object, error) {
+			decoded++
+			return read()
+		})
 	})
-	r.p.record(rev, n)
+	r.p.record(rev, n, decoded)
 	return err
 }
 
@@ -194,8 +199,8 @@ func TestListSplit(t *testing.T) {
 
 // TestBackfillReadsWhatChanged restarts a cache warm over 30 pods of which
 // two changed since the state the backfill lists: past its first page, the
-// backfill reads only those two from etcd and takes the others from the
-// store. The history it fills still has the two as they were: a watch for
+// backfill reads from etcd only the range from one to the other, and of it
+// decodes only those two, taking the others from the store. The history it fills still has the two as they were: a watch for
 // the label the change added, from before it, sees each pod added.
 func TestBackfillReadsWhatChanged(t *testing.T) {
 	ctx := context.Background()
@@ -204,7 +209,7 @@ func TestBackfillReadsWhatChanged(t *testing.T) {
 		createPod(t, c, fmt.Sprintf("p%02d", i))
 	}
 	var changed []*example.Pod
-	for _, name := range []string{"p10", "p11"} {
+	for _, name := range []string{"p10", "p13"} {
 		updated := &example.Pod{}
 		if err := c.GuaranteedUpdate(ctx, "/pods/ns/"+name, updated, false, nil,
 			storage.SimpleUpdate(func(obj runtime.Object) (runtime.Object, error) {
@@ -231,10 +236,10 @@ func TestBackfillReadsWhatChanged(t *testing.T) {
 		t.Fatal("the warm start's history fill never ended")
 	}
 	pages.mu.Lock()
-	read := pages.readAt[from]
+	read, ranged := pages.readAt[from], pages.ranged[from]
 	pages.mu.Unlock()
-	if read != 2 {
-		t.Errorf("the backfill read %d objects at revision %d past its first page, want the 2 that changed since", read, from)
+	if read != 2 || ranged != 4 {
+		t.Errorf("the backfill read %d objects at revision %d past its first page and decoded %d, want p10 to p13 read and the 2 that changed since decoded", ranged, from, read)
 	}
 
 	pred := storage.SelectionPredicate{Label: labels.SelectorFromSet(labels.Set{"changed": "yes"}), Field: fields.Everything(), GetAttrs: podAttrs}

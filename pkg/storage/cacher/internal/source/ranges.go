@@ -77,9 +77,6 @@ func (r *EtcdRanges) ReadRange(ctx context.Context, rev int64, from, to string, 
 		}
 		return nil
 	})
-	if errors.Is(err, rpctypes.ErrCompacted) {
-		return apierrors.NewResourceExpired(fmt.Sprintf("revision %d was compacted while the cache listed it: %v", rev, err))
-	}
 	if err != nil {
 		return err
 	}
@@ -93,15 +90,24 @@ type etcdValues struct {
 	decode      func(data []byte, rev uint64) (runtime.Object, error)
 }
 
+// read returns a transformError if the transformer fails: a KMS plugin
+// that does not answer, which a later attempt may get past, unlike bytes
+// that do not decode.
 func (v etcdValues) read(ctx context.Context, key, data []byte, rev uint64) (runtime.Object, error) {
 	if v.transformer != nil {
 		var err error
 		if data, _, err = v.transformer.TransformFromStorage(ctx, data, storagevalue.DefaultContext(key)); err != nil {
-			return nil, err
+			return nil, transformError{err}
 		}
 	}
 	return v.decode(data, rev)
 }
+
+// transformError is a value the transformer could not read.
+type transformError struct{ err error }
+
+func (e transformError) Error() string { return "reading a stored value: " + e.err.Error() }
+func (e transformError) Unwrap() error { return e.err }
 
 // streamRange calls fn, chunk after chunk, with the key-values etcd holds
 // in [from, end) at rev, in key order, and keys only with keysOnly.
@@ -113,8 +119,18 @@ func (v etcdValues) read(ctx context.Context, key, data []byte, rev uint64) (run
 // 10,000, a million keys cost etcd 10.5 s of CPU without their values,
 // and 14.5 s with them, against 0.75 s and 5.1 s streamed over each page's
 // own range (docs/benchmarks.md, A million objects). An etcd without
-// RangeStream (before 3.7) is read in pages of pageSize.
+// RangeStream (before 3.7) is read in pages of pageSize. A revision etcd
+// compacted is a ResourceExpired error, as the etcd3 store's list says.
 func streamRange(ctx context.Context, client *clientv3.Client, from, end string, rev int64, keysOnly bool, pageSize int64, fn func([]*mvccpb.KeyValue) error) error {
+	err := readRange(ctx, client, from, end, rev, keysOnly, pageSize, fn)
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return apierrors.NewResourceExpired(fmt.Sprintf("revision %d was compacted while the cache read it: %v", rev, err))
+	}
+	return err
+}
+
+// readRange is streamRange without its errors' mapping.
+func readRange(ctx context.Context, client *clientv3.Client, from, end string, rev int64, keysOnly bool, pageSize int64, fn func([]*mvccpb.KeyValue) error) error {
 	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithRev(rev)}
 	if keysOnly {
 		opts = append(opts, clientv3.WithKeysOnly())
@@ -135,7 +151,7 @@ func streamRange(ctx context.Context, client *clientv3.Client, from, end string,
 		for range stream {
 		}
 	}()
-	first := true
+	first, ended := true, false
 	for resp := range stream {
 		if err := resp.Err(); err != nil {
 			if first && grpcstatus.Code(err) == grpccodes.Unimplemented {
@@ -144,9 +160,16 @@ func streamRange(ctx context.Context, client *clientv3.Client, from, end string,
 			return err
 		}
 		first = false
+		// Only the last chunk has a header.
+		ended = resp.Header != nil
 		if err := fn(resp.Kvs); err != nil {
 			return err
 		}
+	}
+	if !ended {
+		// As the etcd3 store's streamed list: a stream cut short by
+		// something between us and etcd is not the whole range.
+		return fmt.Errorf("etcd's stream of [%q, %q) at revision %d ended before its last chunk", from, end, rev)
 	}
 	return nil
 }

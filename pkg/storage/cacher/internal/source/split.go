@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	goruntime "runtime"
 
@@ -135,6 +136,11 @@ func (s *Source) readRange(ctx context.Context, rev uint64, keys []keyRev, p [2]
 			}
 		}
 		item, err := read()
+		if errors.As(err, new(transformError)) {
+			// Not unreadable: a later list may get past it, as past
+			// the etcd3 store's failures.
+			return fmt.Errorf("%s at revision %d: %w", key, modRev, err)
+		}
 		if err == nil {
 			var o *object.Object
 			if o, err = s.cfg.Build.Build(item); err == nil {

@@ -95,12 +95,14 @@ test-bench:
 	  MILLION_STEADY_SECONDS=2 MILLION_LIST_REPEATS=1 MILLION_WATCHLISTS=2 MILLION_WRITES_ALONE=100 \
 	  $(GO) test -count=1 -run '^$$' -bench '^BenchmarkMillion$$' -benchtime=1x -timeout 10m .
 
-## fuzz: hostile reads (test/fuzz) against an in-process server, FUZZTIME per target (10m);
-## the seed corpus runs in make test. A crasher lands in test/fuzz/testdata/fuzz: commit it.
+## fuzz: hostile reads (test/fuzz) against an in-process server, and hostile compressed records
+## against the cache's decompression (issue 67), FUZZTIME per target (10m); the seed corpora run in
+## make test. A crasher lands in the package's testdata/fuzz: commit it.
 FUZZTIME ?= 10m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReads$$' -fuzztime $(FUZZTIME) ./test/fuzz
 	$(GO) test -run '^$$' -fuzz '^FuzzContinue$$' -fuzztime $(FUZZTIME) ./test/fuzz
+	$(GO) test -run '^$$' -fuzz '^FuzzDecompress$$' -fuzztime $(FUZZTIME) ./pkg/storage/cacher/internal/compress
 
 ## chaos: every fault scenario against our server and the upstream-wired one,
 ## and every injected cache bug, CHAOS_COUNT times (about 12 minutes a time);

@@ -58,6 +58,17 @@ func streamGoroutines() int {
 	return strings.Count(string(buf[:goruntime.Stack(buf, true)]), "(*kv).GetStream.func1")
 }
 
+// client is another client of f's etcd, with opts.
+func (f *etcdChangesFixture) client(t *testing.T, opts ...grpc.DialOption) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: f.cli.Endpoints(), Logger: zap.NewNop(), DialOptions: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
 // TestEtcdRanges reads ranges of 40 pods' keys, and all their keys, from a
 // real etcd, as streams (of several chunks, without one unary Range) and
 // as pages from an etcd without RangeStream: each range holds exactly its
@@ -93,20 +104,9 @@ func TestEtcdRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	unary := &rangeCalls{}
-	streamed, err := clientv3.New(clientv3.Config{Endpoints: f.cli.Endpoints(), Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(unary.intercept)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = streamed.Close() })
-	noStream := &noRangeStream{}
-	paged, err := clientv3.New(clientv3.Config{Endpoints: f.cli.Endpoints(), Logger: zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(noStream.intercept)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = paged.Close() })
+	unary, noStream := &rangeCalls{}, &noRangeStream{}
+	streamed := f.client(t, grpc.WithUnaryInterceptor(unary.intercept))
+	paged := f.client(t, grpc.WithStreamInterceptor(noStream.intercept))
 
 	names := func(from, to int) []string {
 		var out []string

@@ -244,7 +244,8 @@ bench-memory:
 ## steady RSS and heap MILLION_STEADY_SECONDS (120) after ready beside 100 writes/s, full lists (one request,
 ## gzip or not, at 0, pages of 500 as Tables and JSON: time and CPU), selectors, MILLION_WATCHLISTS (10)
 ## watch-lists and 8 full lists at once (RSS added, writes' p99 beside), for MILLION_ROUNDS rounds (1; 3 at
-## 300,000). MILLION_IMPLS, MILLION_ALT=path,… pick the servers. Never both servers at once: memory.
+## 300,000). MILLION_IMPLS, MILLION_ALT=path,… pick the servers; MILLION_STARTS_ONLY=1 ends each turn after
+## its starts, for rounds of them. Never both servers at once: memory.
 MILLION_ROUNDS ?= 1
 bench-million:
 	$(call turns-bench,BenchmarkMillion,MILLION,300m)

@@ -59,7 +59,7 @@ func BenchmarkMillion(b *testing.B) {
 	d := directLoadFor("MILLION", l.objects)
 	m := millionRun{l: l, d: d, steady: time.Duration(testkit.EnvInt("MILLION_STEADY_SECONDS", 120)) * time.Second,
 		repeats: testkit.EnvInt("MILLION_LIST_REPEATS", 5), watchLists: testkit.EnvInt("MILLION_WATCHLISTS", 10),
-		aloneWrites: testkit.EnvInt("MILLION_WRITES_ALONE", 2000)}
+		aloneWrites: testkit.EnvInt("MILLION_WRITES_ALONE", 2000), startsOnly: testkit.EnvInt("MILLION_STARTS_ONLY", 0) != 0}
 	b.Run(fmt.Sprintf("objects=%d/per-revision=%d", d.objects, d.perRevision), func(b *testing.B) {
 		ctx := context.Background()
 		cluster := startEtcdCluster(b, l.dir, d.etcdFlags()...)
@@ -89,6 +89,9 @@ type millionRun struct {
 	// shapeChecked is set once a turn compared what the server stores
 	// with what the loader wrote.
 	shapeChecked bool
+	// startsOnly ends each turn after its two starts: rounds of the starts
+	// alone, several in the time of one whole turn of upstream's.
+	startsOnly bool
 }
 
 // initTimeout is both servers' --storage-initialization-timeout: longer
@@ -119,6 +122,10 @@ func (m *millionRun) turn(b *testing.B, impl serverBinary) {
 	if !m.shapeChecked {
 		checkStoredShape(ctx, b, cfg, m.l.etcd, m.d)
 		m.shapeChecked = true
+	}
+	if m.startsOnly {
+		s.stop(b)
+		return
 	}
 
 	var rss, heap int64

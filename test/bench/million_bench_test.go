@@ -39,7 +39,8 @@ import (
 //   - MILLION_STEADY_SECONDS (120) after the warm restart was ready, with
 //     100 writes/s going on from another process: the RSS and the heap
 //     (after two collections), an object and against the objects' JSON
-//     (steady-*);
+//     (steady-*); with MILLION_PROFILE_DIR, that heap's profile in
+//     <dir>/<server>-steady-heap.pprof;
 //   - full lists, MILLION_LIST_REPEATS (5) of each: one request with gzip
 //     (consistent) and without (plain), at resourceVersion 0 (rv0), and as
 //     kubectl pages them, 500 a page, as Tables (table500) and as JSON for
@@ -136,6 +137,12 @@ func (m *millionRun) turn(b *testing.B, impl serverBinary) {
 		}
 		_, rss = procStats(b, pid)
 		heap, _ = serverMemory(ctx, b, hc, cfg.Host, pid)
+		if dir := os.Getenv("MILLION_PROFILE_DIR"); dir != "" {
+			// Where the steady heap goes: in use after serverMemory's collections.
+			if err := os.WriteFile(filepath.Join(dir, impl.name+"-steady-heap.pprof"), get(ctx, b, hc, cfg.Host+"/debug/pprof/heap"), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 	objects := float64(m.l.objects)
 	b.ReportMetric(float64(rss)/(1<<20), "steady-rss-MiB")

@@ -122,15 +122,15 @@ func (e transformError) Unwrap() error { return e.err }
 // RangeStream (before 3.7) is read in pages of pageSize. A revision etcd
 // compacted is a ResourceExpired error, as the etcd3 store's list says.
 func streamRange(ctx context.Context, client *clientv3.Client, from, end string, rev int64, keysOnly bool, pageSize int64, fn func([]*mvccpb.KeyValue) error) error {
-	err := readRange(ctx, client, from, end, rev, keysOnly, pageSize, fn)
+	err := streamRangeRaw(ctx, client, from, end, rev, keysOnly, pageSize, fn)
 	if errors.Is(err, rpctypes.ErrCompacted) {
 		return apierrors.NewResourceExpired(fmt.Sprintf("revision %d was compacted while the cache read it: %v", rev, err))
 	}
 	return err
 }
 
-// readRange is streamRange without its errors' mapping.
-func readRange(ctx context.Context, client *clientv3.Client, from, end string, rev int64, keysOnly bool, pageSize int64, fn func([]*mvccpb.KeyValue) error) error {
+// streamRangeRaw is streamRange without its errors' mapping.
+func streamRangeRaw(ctx context.Context, client *clientv3.Client, from, end string, rev int64, keysOnly bool, pageSize int64, fn func([]*mvccpb.KeyValue) error) error {
 	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithRev(rev)}
 	if keysOnly {
 		opts = append(opts, clientv3.WithKeysOnly())

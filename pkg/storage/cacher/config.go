@@ -300,8 +300,7 @@ func (c *Config) builderConfig(x *object.Expiry, cc *compress.Codec, corrupt fun
 // if the cache holds it. With corrupt, the changes end in a re-list once
 // it found a corrupt object (corruption).
 func (c *Config) changes(held func(key string, rev uint64) *object.Object, corrupt *corruption) source.Changes {
-	var ch source.Changes = source.NewEtcdChanges(source.EtcdChangesConfig{Client: c.Client, StoragePrefix: c.StoragePrefix,
-		ResourcePrefix: c.ResourcePrefix, Transformer: c.Transformer, Decode: c.decoder(), Held: held})
+	var ch source.Changes = source.NewEtcdChanges(source.EtcdChangesConfig{EtcdReadConfig: c.etcdRead(), Held: held})
 	if c.wrapChanges != nil {
 		ch = c.wrapChanges(ch)
 	}
@@ -312,11 +311,17 @@ func (c *Config) changes(held func(key string, rev uint64) *object.Object, corru
 	return ch
 }
 
+// etcdRead is how the cache reads etcd itself: its client, where the
+// resource's keys are, and their values read as Storage reads them.
+func (c *Config) etcdRead() source.EtcdReadConfig {
+	return source.EtcdReadConfig{Client: c.Client, StoragePrefix: c.StoragePrefix, ResourcePrefix: c.ResourcePrefix,
+		Transformer: c.Transformer, Decode: c.decoder()}
+}
+
 // ranges reads the pages of the cache's own lists after the first from
 // etcd, each over its own keys, with values read as Storage reads them.
 func (c *Config) ranges() source.RangeReader {
-	var r source.RangeReader = source.NewEtcdRanges(source.EtcdRangesConfig{Client: c.Client, StoragePrefix: c.StoragePrefix,
-		ResourcePrefix: c.ResourcePrefix, Transformer: c.Transformer, Decode: c.decoder()})
+	var r source.RangeReader = source.NewEtcdRanges(c.etcdRead())
 	if c.wrapRanges != nil {
 		r = c.wrapRanges(r)
 	}

@@ -11,7 +11,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/runtime"
-	storagevalue "k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/klog/v2"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/inject"
@@ -20,17 +19,7 @@ import (
 
 // EtcdChangesConfig is what EtcdChanges reads and how.
 type EtcdChangesConfig struct {
-	// Client is the etcd the etcd3 store writes to.
-	Client *clientv3.Client
-	// StoragePrefix (storagebackend.Config.Prefix) and ResourcePrefix place
-	// the resource's keys, as the etcd3 store does.
-	StoragePrefix, ResourcePrefix string
-	// Transformer reads stored values, as the etcd3 store's (encryption at
-	// rest); nil reads them as they are.
-	Transformer storagevalue.Transformer
-	// Decode decodes a value the Transformer read, and sets its
-	// resourceVersion to rev.
-	Decode func(data []byte, rev uint64) (runtime.Object, error)
+	EtcdReadConfig
 	// Held, if set, returns the cache's object for key at rev, if the
 	// cache holds that version: a put of it is not read again (Change.Held).
 	Held func(key string, rev uint64) *object.Object
@@ -48,13 +37,14 @@ type EtcdChangesConfig struct {
 type EtcdChanges struct {
 	cfg    EtcdChangesConfig
 	prefix etcdPrefix
+	values etcdValues
 }
 
 var _ Changes = &EtcdChanges{}
 
 // NewEtcdChanges returns Changes over cfg.
 func NewEtcdChanges(cfg EtcdChangesConfig) *EtcdChanges {
-	return &EtcdChanges{cfg: cfg, prefix: newEtcdPrefix(cfg.StoragePrefix, cfg.ResourcePrefix)}
+	return &EtcdChanges{cfg: cfg, prefix: cfg.prefix(), values: cfg.values()}
 }
 
 // responseBuffer is how many responses a watch decodes ahead of the
@@ -263,7 +253,7 @@ func (s *etcdStream) held(ch *Change) bool {
 
 // read reads a stored value at rev, as the etcd3 store's watch does.
 func (s *etcdStream) read(key, data []byte, rev uint64) (runtime.Object, error) {
-	return etcdValues{transformer: s.c.cfg.Transformer, decode: s.c.cfg.Decode}.read(s.ctx, key, data, rev)
+	return s.c.values.read(s.ctx, key, data, rev)
 }
 
 // classifyEtcd decides what an error ending an etcd watch means.

@@ -30,21 +30,30 @@ type RangeReader interface {
 	ReadRange(ctx context.Context, rev int64, from, to string, fn func(key string, modRev int64, read func() (runtime.Object, error)) error) error
 }
 
-// EtcdRangesConfig is what EtcdRanges reads and how.
-type EtcdRangesConfig struct {
+// EtcdReadConfig is what EtcdRanges and EtcdChanges read, and how.
+type EtcdReadConfig struct {
 	// Client is the etcd the etcd3 store writes to.
 	Client *clientv3.Client
 	// StoragePrefix (storagebackend.Config.Prefix) and ResourcePrefix place
 	// the resource's keys, as the etcd3 store does.
 	StoragePrefix, ResourcePrefix string
-	// Transformer and Decode read a value as in EtcdChangesConfig.
+	// Transformer reads stored values, as the etcd3 store's (encryption at
+	// rest); nil reads them as they are.
 	Transformer storagevalue.Transformer
-	Decode      func(data []byte, rev uint64) (runtime.Object, error)
+	// Decode decodes a value the Transformer read, and sets its
+	// resourceVersion to rev.
+	Decode func(data []byte, rev uint64) (runtime.Object, error)
+}
+
+func (c EtcdReadConfig) prefix() etcdPrefix { return newEtcdPrefix(c.StoragePrefix, c.ResourcePrefix) }
+
+func (c EtcdReadConfig) values() etcdValues {
+	return etcdValues{transformer: c.Transformer, decode: c.Decode}
 }
 
 // EtcdRanges is a RangeReader over an etcd client.
 type EtcdRanges struct {
-	cfg    EtcdRangesConfig
+	cfg    EtcdReadConfig
 	prefix etcdPrefix
 	values etcdValues
 	// pageSize is readPages' page: keyReaderPageSize but in tests.
@@ -54,9 +63,8 @@ type EtcdRanges struct {
 var _ RangeReader = &EtcdRanges{}
 
 // NewEtcdRanges returns a RangeReader over cfg.
-func NewEtcdRanges(cfg EtcdRangesConfig) *EtcdRanges {
-	return &EtcdRanges{cfg: cfg, prefix: newEtcdPrefix(cfg.StoragePrefix, cfg.ResourcePrefix),
-		values: etcdValues{transformer: cfg.Transformer, decode: cfg.Decode}, pageSize: keyReaderPageSize}
+func NewEtcdRanges(cfg EtcdReadConfig) *EtcdRanges {
+	return &EtcdRanges{cfg: cfg, prefix: cfg.prefix(), values: cfg.values(), pageSize: keyReaderPageSize}
 }
 
 // ReadRange implements RangeReader.

@@ -123,7 +123,7 @@ func TestEtcdRanges(t *testing.T) {
 		{name: "paged, without RangeStream", client: paged},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ranges := NewEtcdRanges(EtcdRangesConfig{Client: tc.client, StoragePrefix: "/registry", ResourcePrefix: "/pods",
+			ranges := NewEtcdRanges(EtcdReadConfig{Client: tc.client, StoragePrefix: "/registry", ResourcePrefix: "/pods",
 				Transformer: prefixTransformer{}, Decode: f.changes.cfg.Decode})
 			keys := NewEtcdKeyReader(tc.client, "/registry", "/pods")
 			ranges.pageSize, keys.pageSize = 3, 3
@@ -199,7 +199,7 @@ func TestEtcdRanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, client := range []*clientv3.Client{streamed, paged} {
-		ranges := NewEtcdRanges(EtcdRangesConfig{Client: client, StoragePrefix: "/registry", ResourcePrefix: "/pods", Decode: f.changes.cfg.Decode})
+		ranges := NewEtcdRanges(EtcdReadConfig{Client: client, StoragePrefix: "/registry", ResourcePrefix: "/pods", Decode: f.changes.cfg.Decode})
 		err = ranges.ReadRange(ctx, rev, "/pods/", "", func(string, int64, func() (runtime.Object, error)) error { return nil })
 		if !apierrors.IsResourceExpired(err) {
 			t.Errorf("a compacted revision: %v, want ResourceExpired", err)
@@ -226,7 +226,7 @@ func TestEtcdRangesReadErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ranges := NewEtcdRanges(EtcdRangesConfig{Client: f.cli, StoragePrefix: "/registry", ResourcePrefix: "/pods",
+	ranges := NewEtcdRanges(EtcdReadConfig{Client: f.cli, StoragePrefix: "/registry", ResourcePrefix: "/pods",
 		Transformer: prefixTransformer{}, Decode: f.changes.cfg.Decode})
 	got := map[string]bool{}
 	err = ranges.ReadRange(ctx, resp.Header.Revision, "/pods/", "", func(key string, _ int64, read func() (runtime.Object, error)) error {

@@ -77,8 +77,8 @@ func newEtcdChangesFixture(t *testing.T) *etcdChangesFixture {
 		}
 		return obj, storage.APIObjectVersioner{}.UpdateObject(obj, rev)
 	}
-	return &etcdChangesFixture{cli: cli, changes: NewEtcdChanges(EtcdChangesConfig{Client: cli, StoragePrefix: "/registry",
-		ResourcePrefix: "/pods", Transformer: prefixTransformer{}, Decode: decode})}
+	return &etcdChangesFixture{cli: cli, changes: NewEtcdChanges(EtcdChangesConfig{EtcdReadConfig: EtcdReadConfig{Client: cli, StoragePrefix: "/registry",
+		ResourcePrefix: "/pods", Transformer: prefixTransformer{}, Decode: decode}})}
 }
 
 // value is what the etcd3 store keeps for pod name: its JSON, transformed.
@@ -222,8 +222,8 @@ func TestEtcdChangesWatchReturnsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.Blackhole()
-	changes := NewEtcdChanges(EtcdChangesConfig{Client: cli, StoragePrefix: "/registry", ResourcePrefix: "/pods",
-		Decode: func([]byte, uint64) (runtime.Object, error) { return &example.Pod{}, nil }})
+	changes := NewEtcdChanges(EtcdChangesConfig{EtcdReadConfig: EtcdReadConfig{Client: cli, StoragePrefix: "/registry", ResourcePrefix: "/pods",
+		Decode: func([]byte, uint64) (runtime.Object, error) { return &example.Pod{}, nil }}})
 	opened := make(chan ChangeStream, 1)
 	go func() { opened <- changes.Watch(ctx, 1) }()
 	var s ChangeStream

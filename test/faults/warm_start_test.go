@@ -48,9 +48,12 @@ const (
 	// must wait for no more than that again.
 	servedWithin = 10 * time.Second
 	// watchFromH0Every is how often a watch from H0 is tried once etcd goes
-	// on, for watchFromH0For.
-	watchFromH0Every = time.Second
-	watchFromH0For   = 15 * time.Second
+	// on, for watchFromH0For at most, and until watchesAfterServed more
+	// were tried after the first one served: enough to see a 429 or a 410
+	// come back, without waiting out the rest of the window in make test.
+	watchFromH0Every   = time.Second
+	watchFromH0For     = 15 * time.Second
+	watchesAfterServed = 4
 	// pauseAfterStart is when the fixed-delay subtest pauses etcd after the
 	// server's start. The issue paused at 2.6 s, inside its backfill of
 	// 20,000 Assignments; here the server is ready about 0.2 s after its
@@ -208,10 +211,14 @@ func pauseInBackfill(t *testing.T, c *cluster, etcd *testkit.Process, s *apiServ
 	var answers []watchAnswer
 	tick := time.NewTicker(watchFromH0Every)
 	defer tick.Stop()
-	for time.Since(resumed) < watchFromH0For {
+	afterServed := -1 // watches tried since the first served, once one was
+	for time.Since(resumed) < watchFromH0For && afterServed < watchesAfterServed {
 		at := time.Since(resumed)
 		kind, detail := watchFrom(ctx, s, h0, first)
 		answers = append(answers, watchAnswer{at: at, took: time.Since(resumed) - at, kind: kind, detail: detail})
+		if afterServed >= 0 || kind == answerServed {
+			afterServed++
+		}
 		<-tick.C
 	}
 

@@ -22,7 +22,8 @@ import (
 // where fragmentation and the process move by more than this: the record
 // with its key (object-B; the bytes' allocation is taken as their length
 // rounded up to its size class, where the key may also be), the store's
-// entry and its index entry by the trigger field, 100 values (store-B), and
+// entry and its index entry by the trigger field, 100 values or one an
+// object (store-B), and
 // a history entry (event-B). Each is the live heap it adds for 20,000 pods
 // with an annotation of 1 KiB, as bench-scale's objects have, after a
 // collection, an object.
@@ -30,13 +31,25 @@ import (
 //	go test ./pkg/storage/cacher/internal/fanout -run '^$' -bench VersionCost -benchtime 1x -count 3
 func BenchmarkVersionCost(b *testing.B) {
 	const n = 20_000
+	// The pods' nodes, the index's values: shared by 200 pods each, or one
+	// a pod, as the values of an index over objects like a real cluster's
+	// mostly are (an owner's name).
+	for _, nodes := range []struct {
+		name string
+		n    int
+	}{{"shared", 100}, {"unique", n}} {
+		b.Run(nodes.name, func(b *testing.B) { versionCost(b, n, nodes.n) })
+	}
+}
+
+func versionCost(b *testing.B, n, nodes int) {
 	for range b.N {
 		pods := make([]*example.Pod, n)
 		for i := range pods {
 			pods[i] = &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%06d", i), Namespace: "ns",
 				Labels: map[string]string{"app": "web"}, ResourceVersion: fmt.Sprint(10 + i),
 				Annotations: map[string]string{"payload": strings.Repeat("x", 1024)}},
-				Spec: example.PodSpec{NodeName: fmt.Sprintf("node-%d", i%100)}}
+				Spec: example.PodSpec{NodeName: fmt.Sprintf("node-%d", i%nodes)}}
 		}
 		objecttest.PodObject(pods[0]) // the interner's tables
 		start := liveHeap()
@@ -56,9 +69,9 @@ func BenchmarkVersionCost(b *testing.B) {
 			l.Append(&Event{Type: watch.Added, Key: o.Key, Rev: o.RV, Cur: o, Seen: time.Now().UnixNano()})
 		}
 		logged := liveHeap()
-		b.ReportMetric(float64(built-start-raw-int64(8*n))/n, "object-B")
-		b.ReportMetric(float64(stored-built)/n, "store-B")
-		b.ReportMetric(float64(logged-stored)/n, "event-B")
+		b.ReportMetric(float64(built-start-raw-int64(8*n))/float64(n), "object-B")
+		b.ReportMetric(float64(stored-built)/float64(n), "store-B")
+		b.ReportMetric(float64(logged-stored)/float64(n), "event-B")
 		runtime.KeepAlive(pods)
 		runtime.KeepAlive(s)
 		runtime.KeepAlive(l)

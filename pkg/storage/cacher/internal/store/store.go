@@ -43,10 +43,10 @@ type Store[E Event] struct {
 	rv uint64
 	// stored is the sum of the current objects' StoredSize.
 	stored int64
-	// indexes map index name → value → the current objects with it. A set
-	// of pointers, not a map by key: 8-byte slots against 24, 8 B less an
-	// object (BenchmarkVersionCost, docs/architecture.md).
-	indexes map[string]map[string]map[*object.Object]struct{}
+	// indexes map index name → value → the current objects with it: a set
+	// of pointers, not a map by key, 8-byte slots against 24, 8 B less an
+	// object, and no map at all for a value of one object (set).
+	indexes map[string]map[string]*set
 	// snapshots are ordered by rv, each the state after every event up to
 	// its rv; changed is whether the tree changed since the last one.
 	snapshots []Snapshot
@@ -63,9 +63,9 @@ func New[E Event](indexers map[string]func(*object.Object) []string) *Store[E] {
 // Replace installs a full list at rv, as after a (re)list.
 func (s *Store[E]) Replace(objs []*object.Object, rv uint64) {
 	tree := newTree()
-	indexes := map[string]map[string]map[*object.Object]struct{}{}
+	indexes := map[string]map[string]*set{}
 	for name := range s.indexers {
-		indexes[name] = map[string]map[*object.Object]struct{}{}
+		indexes[name] = map[string]*set{}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -123,16 +123,18 @@ func (s *Store[E]) indexLocked(o *object.Object, add bool) {
 	for name, fn := range s.indexers {
 		for _, v := range fn(o) {
 			byValue := s.indexes[name]
-			if add {
-				if byValue[v] == nil {
-					// A copy: v may lie in o's key (Object.Name), which the
-					// index would otherwise hold after o has gone.
-					byValue[strings.Clone(v)] = map[*object.Object]struct{}{}
-				}
-				byValue[v][o] = struct{}{}
-			} else if byValue[v] != nil {
-				delete(byValue[v], o)
-				if len(byValue[v]) == 0 {
+			objs := byValue[v]
+			switch {
+			case add && objs == nil:
+				// A copy: v may lie in o's key (Object.Name), which the
+				// index would otherwise hold after o has gone.
+				objs = &set{}
+				byValue[strings.Clone(v)] = objs
+				objs.add(o)
+			case add:
+				objs.add(o)
+			case objs != nil:
+				if objs.remove(o); objs.empty() {
 					delete(byValue, v)
 				}
 			}
@@ -241,8 +243,10 @@ func (s *Store[E]) ByIndex(name, value string) (objs []*object.Object, rv uint64
 	if !ok {
 		return nil, 0, false
 	}
-	for o := range byValue[value] {
-		objs = append(objs, o)
+	if set := byValue[value]; set != nil {
+		for o := range set.all() {
+			objs = append(objs, o)
+		}
 	}
 	sort.Slice(objs, func(i, j int) bool { return objs[i].Key < objs[j].Key })
 	return objs, s.rv, true

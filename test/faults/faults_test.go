@@ -351,7 +351,7 @@ const backfillListFailpoint = "list-page-after=sleep(3s)*4"
 // which backfillListFailpoint holds open.
 func pausedInsideBackfill(sc *scenario) {
 	sc.fault = randomMoment(momentFault{window: insideBackfill, kind: memberPaused, length: etcdPause})
-	sc.serverEnv = append(sc.serverEnv, inject.FailpointsEnvName+"="+backfillListFailpoint)
+	sc.failpoints = backfillListFailpoint
 }
 
 // TestStormSlower checks the storm's bound against upstream: within a

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 	"github.com/cached-apiserver/cached-apiserver/internal/testkit"
 	"github.com/cached-apiserver/cached-apiserver/internal/watchcheck"
 	"github.com/cached-apiserver/cached-apiserver/pkg/apis/fleet/v1beta1"
@@ -302,7 +303,9 @@ func setUp(t *testing.T, sc scenario, impl, injected string) *env {
 	case injected != "":
 		bin, envVars = bins.oursFaulty, []string{"CACHED_APISERVER_TEST_FAULT=" + injected}
 	}
-	envVars = append(envVars, sc.serverEnv...)
+	if impl == ours && sc.failpoints != "" {
+		bin, envVars = bins.oursFaulty, append(envVars, inject.FailpointsEnvName+"="+sc.failpoints)
+	}
 	replicas := max(sc.replicas, 1)
 	var addrs []string
 	for i := 0; i < replicas; i++ {
@@ -556,12 +559,22 @@ func (e *env) startInformers(t *testing.T, ctx context.Context, target int) {
 	}
 }
 
+// informerSettle is how long an informer's store may differ from a fresh
+// list at the end of a run. client-go's reflector waits up to 30 s, and a
+// jitter of as much again, before it lists again after a failed list: an
+// informer whose lists got 429 all through a long fault (the server's
+// member paused for a minute while its cache re-listed) lists again up to
+// a minute after the heal, and holds what it held until then. A store
+// that is wrong for good still differs after it.
+const informerSettle = 65 * time.Second
+
 // checkInformers compares each informer's store with fresh, listing again
-// through relist while they differ, for up to 10 s each, and counts the
-// informers' re-lists and the transactions written beside the server.
+// through relist while they differ, for up to informerSettle each, and
+// counts the informers' re-lists and the transactions written beside the
+// server.
 func (e *env) checkInformers(ctx context.Context, r *result, relist func() *v1beta1.AssignmentList, fresh *v1beta1.AssignmentList) {
 	for _, inf := range e.informers {
-		if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, informerSettle, true, func(context.Context) (bool, error) {
 			if d, _ := watchcheck.Diff(itemsOf(fresh.Items), inf.items()); d == "" {
 				return true, nil
 			}

@@ -47,6 +47,10 @@ const (
 	// relistSpread is how far after the server reaches etcd again a
 	// duringRelist moment falls.
 	relistSpread = 3 * time.Second
+	// relistHold is how long relistFailpoint holds ours' re-lists before
+	// they read etcd, and how far after the server reaches etcd again an
+	// insideRelist moment falls: inside the re-list.
+	relistHold = 3 * time.Second
 	// backfillPoll is how often a start's backfill counts are scraped.
 	backfillPoll = 100 * time.Millisecond
 	// backfillEndTimeout bounds the wait for a start's backfills to end.
@@ -97,7 +101,21 @@ const (
 	// only gRPC's keepalive (40 s) finds silent, may carry on after the cut
 	// without a re-list: the moment is then after the same cut.
 	duringRelist
+	// insideRelist is duringRelist with ours' re-lists held open by
+	// relistFailpoint for relistHold once they begin, and the moment drawn
+	// from [the server reaching etcd again, + relistHold]: inside the
+	// re-list, which the harness's few hundred objects otherwise end
+	// within 0.5 s, so that the etcd fault meets the re-list's read. A run
+	// whose caches had listed again by the moment is invalid. Upstream,
+	// which has no failpoint, gets the duringRelist moment.
+	insideRelist
 )
+
+// relistFailpoint holds each of the two caches' first re-list for
+// relistHold, after the cache ended its watchers and before it reads etcd
+// (inject.Relist): the re-list's state, Pending, with its 429s, while the
+// drawn etcd fault begins.
+var relistFailpoint = fmt.Sprintf("relist=sleep(%v)*2", relistHold)
 
 // momentFault is the random-moment fault.
 type momentFault struct {
@@ -166,14 +184,18 @@ func (m momentFault) inject(ctx context.Context, e *env) error {
 	)
 	var relist *relistFollow
 	switch {
-	case d.relist || m.window == duringRelist:
+	case d.relist || m.window == duringRelist || m.window == insideRelist:
 		before = e.handedRVs()
 		if relist, err = e.cutForRelist(ctx); err != nil {
 			return err
 		}
-		at = relist.at.Add(time.Duration(d.at * float64(relistSpread)))
-		window = fmt.Sprintf("[the server reaching etcd again, +%v], after %v cut off while etcd was compacted to its head",
-			relistSpread, relistCut)
+		spread, inside := relistSpread, ""
+		if m.window == insideRelist && e.servers[0].impl == ours {
+			spread, inside = relistHold, ", ours' re-lists held there by a failpoint"
+		}
+		at = relist.at.Add(time.Duration(d.at * float64(spread)))
+		window = fmt.Sprintf("[the server reaching etcd again, +%v], after %v cut off while etcd was compacted to its head%s",
+			spread, relistCut, inside)
 	case m.window == insideBackfill:
 		before = e.handedRVs()
 		if st, err = e.restartFollowed(ctx); err != nil {
@@ -220,14 +242,18 @@ func (m momentFault) inject(ctx context.Context, e *env) error {
 	handed := e.handedRVs()
 	injected := time.Now()
 	var phase string
+	relisted := 0.0
 	if relist != nil {
 		st = &serverStart{at: relist.at}
-		phase = relist.timeline(ctx, e.servers[0], injected)
+		phase, relisted = relist.timeline(ctx, e.servers[0], injected)
 	} else {
 		phase = st.timeline(injected)
 	}
 	if m.window == insideBackfill && !st.backfilling(injected) {
 		return fmt.Errorf("invalid run: the moment missed the backfill (%s)", phase)
+	}
+	if m.window == insideRelist && e.servers[0].impl == ours && relisted != 0 {
+		return fmt.Errorf("invalid run: the moment missed the re-list (%s)", phase)
 	}
 	what := string(d.kind)
 	switch d.kind {
@@ -311,14 +337,14 @@ func (e *env) cutForRelist(ctx context.Context) (*relistFollow, error) {
 }
 
 // timeline says, at t, how many lists the server's caches made since the
-// cut began.
-func (r *relistFollow) timeline(ctx context.Context, s *apiServer, t time.Time) string {
+// cut began, and returns that count: -1 where it is unknown.
+func (r *relistFollow) timeline(ctx context.Context, s *apiServer, t time.Time) (string, float64) {
 	out := fmt.Sprintf("%+.2fs after the server reached etcd again", t.Sub(r.at).Seconds())
 	n, err := s.metric(ctx, cachesListed)
 	if err != nil {
-		return out + fmt.Sprintf(" (its caches' lists unknown: %v)", err)
+		return out + fmt.Sprintf(" (its caches' lists unknown: %v)", err), -1
 	}
-	return out + fmt.Sprintf(", its caches listed %.0f times since the cut began", n-r.before)
+	return out + fmt.Sprintf(", its caches listed %.0f times since the cut began", n-r.before), n - r.before
 }
 
 // serverStart follows one start of the first server: when it began, when

@@ -60,9 +60,9 @@ type scenario struct {
 	// hold while they cannot read: their 410s, and the re-lists after,
 	// are etcd's answer, not the server's doing.
 	compacts bool
-	// serverEnv is added to every server's environment, as the
-	// faultinject build's failpoints (inject.FailpointsEnvName).
-	serverEnv []string
+	// failpoints, if set, are armed in ours (inject.FailpointsEnvName),
+	// which then runs as the faultinject build. Upstream has none.
+	failpoints string
 	// serverArgs are extra flags for every server, after the harness's
 	// own: the load's streams need --max-watches above its default.
 	serverArgs []string
@@ -96,6 +96,12 @@ var scenarios = []scenario{
 	// drawn from the seed at a random moment of its start, its backfills,
 	// or its steady state; then liveness over HTTP (checkLiveness).
 	{name: "random moment", members: 3, fault: randomMoment(momentFault{}), serverGoes: true},
+	// The same, with the moment inside a re-list that a failpoint holds
+	// open in ours (insideRelist): make chaos only, for its minute. Held
+	// to what the random moment is: a re-list, with its 429s, is what it
+	// makes (serverGoes).
+	{name: "random moment inside a re-list", members: 3, fault: randomMoment(momentFault{window: insideRelist}),
+		failpoints: relistFailpoint, serverGoes: true, long: true},
 
 	// Replicas over a 3-member cluster, every server listing every member.
 	{name: "replica killed", members: 3, serverMembers: []int{0, 1, 2}, replicas: 2,

@@ -2,7 +2,6 @@ package object
 
 import (
 	"bytes"
-	"compress/flate"
 	"errors"
 	"hash/crc32"
 	"hash/maphash"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"weak"
+
+	"github.com/klauspost/compress/flate"
 )
 
 // Runs must begin at the same frames in every stream, whatever each

@@ -1,7 +1,6 @@
 package object
 
 import (
-	"compress/flate"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -9,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/klauspost/compress/flate"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
@@ -68,7 +68,11 @@ type GzipStream struct {
 func NewGzipStream(w io.Writer) *GzipStream { return &GzipStream{w: w} }
 
 // flateWriters are the writers GzipStreams compress with, at
-// flate.BestSpeed, the level of k8s.io/apiserver's responses.
+// flate.BestSpeed, the level of k8s.io/apiserver's responses: klauspost's
+// flate, which writes the same format in half the time of the standard
+// library's at that level, and a little smaller (BenchmarkGzipList/cold:
+// 51 against 103 ms, 2.43 against 2.51 MB, for 10,000 objects of 1 KiB).
+// A first gzip list of a million objects is mostly this compression.
 var flateWriters = sync.Pool{New: func() any {
 	w, _ := flate.NewWriter(nil, flate.BestSpeed) // a valid level: no error
 	return w

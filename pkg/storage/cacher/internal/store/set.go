@@ -9,8 +9,8 @@ import (
 // set is the current objects with one value of an index. Most values of
 // an index over objects like a real cluster's (a node's name, an owner's)
 // have one object, which the set holds without a map: a map of one entry
-// cost about 190 B an object beside the index's own slot
-// (BenchmarkVersionCost/unique, docs/architecture.md). A value's second
+// cost about 175 B more an object than this set (store-B 270 against 94,
+// BenchmarkVersionCost/unique, docs/architecture.md). A value's second
 // object makes the map, which then stays until the value has none.
 //
 // The index holds a pointer to it, changed in place: storing a changed set

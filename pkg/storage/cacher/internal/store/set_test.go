@@ -52,11 +52,3 @@ func TestSet(t *testing.T) {
 		})
 	}
 }
-
-func keys(objs []*object.Object) []string {
-	var out []string
-	for _, o := range objs {
-		out = append(out, o.Key)
-	}
-	return out
-}

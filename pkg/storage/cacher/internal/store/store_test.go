@@ -45,6 +45,15 @@ func (h history) between(rv, upTo uint64) ([]*event, bool) {
 
 func obj(key string, rv uint64) *object.Object { return &object.Object{Key: key, RV: rv} }
 
+// keys returns the objects' keys, in their order.
+func keys(objs []*object.Object) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.Key)
+	}
+	return out
+}
+
 // contents returns key → resourceVersion of every object in sn.
 func contents(sn Snapshot) map[string]uint64 {
 	got := map[string]uint64{}
@@ -257,10 +266,7 @@ func TestByIndex(t *testing.T) {
 		{"n3", nil},
 	} {
 		objs, rv, ok := s.ByIndex("name", tc.value)
-		var got []string
-		for _, o := range objs {
-			got = append(got, o.Key)
-		}
+		got := keys(objs)
 		if !ok || rv != 4 || !slices.Equal(got, tc.want) {
 			t.Errorf("ByIndex(name, %s) = %q at %d (%v), want %q at 4", tc.value, got, rv, ok, tc.want)
 		}
@@ -274,11 +280,7 @@ func TestByIndex(t *testing.T) {
 	s.Apply(&event{typ: watch.Deleted, rv: 6, cur: named("/a", "n2", 6), prev: named("/a", "n2", 2)})
 	for value, want := range map[string][]string{"n2": nil, "n3": {"/c"}} {
 		objs, _, _ := s.ByIndex("name", value)
-		var got []string
-		for _, o := range objs {
-			got = append(got, o.Key)
-		}
-		if !slices.Equal(got, want) {
+		if got := keys(objs); !slices.Equal(got, want) {
 			t.Errorf("after events with copies: ByIndex(name, %s) = %q, want %q", value, got, want)
 		}
 	}

@@ -73,6 +73,9 @@ func Args(m Member, cluster []Member, existing bool) []string {
 		"--initial-cluster-state", state,
 		"--log-level", "error",
 		"--unsafe-no-fsync",
+		// A test that finds etcd's watches stalled reads where etcd's
+		// goroutines wait (/debug/pprof on the client URL).
+		"--enable-pprof",
 	}
 }
 

@@ -281,7 +281,8 @@ func pauseInBackfill(t *testing.T, c *cluster, etcd *testkit.Process, s *apiServ
 	}
 	switch {
 	case servedAt < 0:
-		t.Errorf("no watch from H0 was served within %v of SIGCONT, want one within %v", watchFromH0For, servedWithin)
+		t.Errorf("no watch from H0 was served within %v of SIGCONT, want one within %v\n%v", watchFromH0For, servedWithin,
+			reportStall(ctx, s, c.Endpoints()[0]))
 	case servedAt > servedWithin:
 		t.Errorf("the first watch from H0 was served %v after SIGCONT, want within %v", servedAt.Round(time.Millisecond), servedWithin)
 	}

@@ -1,0 +1,52 @@
+package faults
+
+import "testing"
+
+func TestEtcdWatchMetric(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want bool
+	}{
+		{"etcd_debugging_mvcc_watcher_total 3", true},
+		{"etcd_debugging_mvcc_slow_watcher_total 0", true},
+		{"# HELP etcd_debugging_mvcc_watcher_total Total number of watchers.", false},
+		{`grpc_server_handled_total{grpc_code="Canceled",grpc_method="Watch",grpc_service="etcdserverpb.Watch",grpc_type="bidi_stream"} 9`, true},
+		{`grpc_server_handled_total{grpc_code="OK",grpc_method="Watch",grpc_service="etcdserverpb.Watch",grpc_type="bidi_stream"} 0`, false},
+		{`grpc_server_started_total{grpc_method="Watch",grpc_service="grpc.health.v1.Health",grpc_type="server_stream"} 2`, false},
+		{"etcd_mvcc_db_total_size_in_bytes 1e+06", false},
+	} {
+		if got := etcdWatchMetric(tc.line); got != tc.want {
+			t.Errorf("etcdWatchMetric(%q) = %v, want %v", tc.line, got, tc.want)
+		}
+	}
+}
+
+func TestStallGoroutine(t *testing.T) {
+	for _, tc := range []struct {
+		stack string
+		want  bool
+	}{
+		{"goroutine 1 [select]:\ngithub.com/x/pkg/storage/cacher/internal/source.(*follower).watch(...)", true},
+		{"goroutine 2 [select]:\ngo.etcd.io/etcd/client/v3.(*watchGrpcStream).run(...)", true},
+		{"goroutine 3 [IO wait]:\nnet/http.(*conn).serve(...)", false},
+	} {
+		if got := stallGoroutine(tc.stack); got != tc.want {
+			t.Errorf("stallGoroutine(%q) = %v, want %v", tc.stack, got, tc.want)
+		}
+	}
+}
+
+func TestEtcdStallGoroutine(t *testing.T) {
+	for _, tc := range []struct {
+		stack string
+		want  bool
+	}{
+		{"goroutine 1 [select]:\ngo.etcd.io/etcd/server/v3/etcdserver/api/v3rpc.(*serverWatchStream).sendLoop(...)", true},
+		{"goroutine 2 [select]:\ngo.etcd.io/etcd/server/v3/storage/mvcc.(*watchableStore).syncWatchersLoop(...)", true},
+		{"goroutine 3 [select]:\ngo.etcd.io/raft/v3.(*node).run(...)", false},
+	} {
+		if got := etcdStallGoroutine(tc.stack); got != tc.want {
+			t.Errorf("etcdStallGoroutine(%q) = %v, want %v", tc.stack, got, tc.want)
+		}
+	}
+}

@@ -47,7 +47,8 @@ import (
 //     request to its event at each watcher, and the server's CPU per
 //     event delivered.
 //
-// COMPRESSION_IMPLS picks among off, s2 and upstream;
+// COMPRESSION_IMPLS picks among off, s2 and upstream, and alt-off and
+// alt-s2, the binary COMPRESSION_ALT names with the same flag;
 // COMPRESSION_HEAP_PROFILES=dir keeps each server's heap profile of the
 // last round, where the heap is measured.
 func BenchmarkCompression(b *testing.B) {
@@ -61,9 +62,16 @@ func BenchmarkCompression(b *testing.B) {
 	type impl struct{ name, bin, flag string }
 	var impls []impl
 	for _, name := range strings.Split(cmp.Or(os.Getenv("COMPRESSION_IMPLS"), "off,s2,upstream"), ",") {
-		switch name {
-		case "off", "s2":
+		switch alt, isAlt := strings.CutPrefix(name, "alt-"); {
+		case name == "off" || name == "s2":
 			impls = append(impls, impl{name, filepath.Join(bins, "ours"), "--watch-cache-compression=" + name})
+		case isAlt && (alt == "off" || alt == "s2"):
+			// Another build of ours, as MILLION_ALT: before and after a change, in one run.
+			bin := os.Getenv("COMPRESSION_ALT")
+			if bin == "" {
+				b.Fatalf("%s needs COMPRESSION_ALT, the binary of the other build", name)
+			}
+			impls = append(impls, impl{name, bin, "--watch-cache-compression=" + alt})
 		default:
 			impls = append(impls, impl{name, filepath.Join(bins, name), ""})
 		}

@@ -39,7 +39,7 @@ func TestLeavingObjectShared(t *testing.T) {
 			t.Fatalf("watcher %d got another leaving object than watcher 0", i)
 		}
 	}
-	if o := got[0].Cached(); o.RV != 7 || o.Labels["app"] != "web" {
-		t.Errorf("leaving object at %d with labels %v, want the previous state at 7", o.RV, o.Labels)
+	if o := got[0].Cached(); o.RV != 7 || o.Labels().Get("app") != "web" {
+		t.Errorf("leaving object at %d with labels %v, want the previous state at 7", o.RV, o.Labels().Set())
 	}
 }

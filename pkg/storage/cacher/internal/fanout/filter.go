@@ -59,7 +59,7 @@ func (f *Filter) Matches(o *object.Object, pr *Presenter, fields *objectFields) 
 	if p == nil {
 		return true
 	}
-	if p.Label != nil && !p.Label.Matches(o.Labels) {
+	if p.Label != nil && !p.Label.Matches(o.Labels()) {
 		return false
 	}
 	if p.Field == nil || p.Field.Empty() {

@@ -256,8 +256,8 @@ func (d *testDispatcher) parks(t *testing.T) float64 {
 func expectedFor(events []*Event, sel labels.Selector) []seen {
 	var out []seen
 	for _, e := range events {
-		was := e.Prev != nil && sel.Matches(e.Prev.Labels)
-		is := e.Type != watch.Deleted && sel.Matches(e.Cur.Labels)
+		was := e.Prev != nil && sel.Matches(e.Prev.Labels())
+		is := e.Type != watch.Deleted && sel.Matches(e.Cur.Labels())
 		name := e.Key[len("/pods/ns/"):]
 		switch {
 		case was && is:

@@ -164,7 +164,7 @@ func (x *watcherIndex) lookup(e *Event) []*watcherSet {
 			x.addSet(x.sets[byName][o.Name()])
 		}
 		if byLabel := x.sets[byLabel]; len(byLabel) > 0 {
-			for k, v := range o.Labels {
+			for k, v := range o.Labels().All() {
 				x.label = append(append(append(x.label[:0], k...), '='), v...)
 				// The conversion in the index expression does not allocate.
 				x.addSet(byLabel[string(x.label)])

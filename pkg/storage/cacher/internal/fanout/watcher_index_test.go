@@ -77,8 +77,9 @@ func TestWatcherIndexLookup(t *testing.T) {
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ShardedListAndWatch, true)
 	d := newTestDispatcher(8)
 	obj := func(key, name, trigger, uid, ns string, lbls labels.Set) *object.Object {
-		o := &object.Object{Key: key, Trigger: trigger, Labels: lbls}
+		o := &object.Object{Key: key, Trigger: trigger}
 		o.SetName(name)
+		o.SetLabels(object.NewLabels(lbls))
 		o.Hashes[shard.ByUID], o.Hashes[shard.ByNamespace] = shard.Hash(uid), shard.Hash(ns)
 		return o
 	}

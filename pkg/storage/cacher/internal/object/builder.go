@@ -138,7 +138,7 @@ func (b *Builder) Build(obj runtime.Object) (*Object, error) {
 		}
 	}
 	if len(l) > 0 {
-		o.Labels = b.intern.labels(l)
+		o.labels = b.intern.labels(l)
 	}
 	o.attrs = b.intern.fields(f, b.cfg.TriggerField)
 	o.Hashes[shard.ByUID] = shard.Hash(string(m.GetUID()))

@@ -15,9 +15,11 @@ const defaultInternBudget = 8 << 20
 // interner makes the objects a cache holds share equal label sets and
 // selectable field values instead of each keeping its own: the objects of
 // one owner carry the same labels, and the fields (namespace, phase) take
-// few values. A label map of one entry alone takes about 300 bytes; at
-// 100,000 objects with 10 label sets the interner saves 700 bytes an object,
-// 28% of the heap (docs/benchmarks.md, "What each mechanism buys").
+// few values. When label sets were maps, a map of one entry alone took
+// about 300 bytes, and at 100,000 objects with 10 label sets the interner
+// saved 700 bytes an object, 28% of the heap (docs/benchmarks.md, "What
+// each mechanism buys"); a set is now sorted pairs (Labels), whose strings
+// it still shares when the set is an object's own.
 // Objects in the cache are read-only, so sharing between them is safe.
 //
 // The tables only grow, up to a byte budget; past it new values are no
@@ -28,7 +30,7 @@ type interner struct {
 	strings map[string]string
 	// labelSets and fieldSets are whole label sets and field lists, by a
 	// key spelling out their contents (see keyString).
-	labelSets map[string]labels.Set
+	labelSets map[string]*Labels
 	fieldSets map[string]*attrs
 	// key is scratch space for the keys of the sets.
 	key []byte
@@ -37,28 +39,21 @@ type interner struct {
 }
 
 func newInterner(budget int64) *interner {
-	return &interner{strings: map[string]string{}, labelSets: map[string]labels.Set{}, fieldSets: map[string]*attrs{}, budget: budget}
+	return &interner{strings: map[string]string{}, labelSets: map[string]*Labels{}, fieldSets: map[string]*attrs{}, budget: budget}
 }
 
-// Labels returns the shared label set equal to l: a copy of l, with its
-// keys and values shared, if there is none yet.
-func (in *interner) labels(l labels.Set) labels.Set {
-	keys := make([]string, 0, len(l))
-	for k := range l {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
+// labels returns the shared label set equal to l, as sorted pairs: a new
+// one, with its keys and values shared, if there is none yet.
+func (in *interner) labels(l labels.Set) *Labels {
+	keys := sortedKeys(l)
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.setKey(keys, l)
 	if shared, ok := in.labelSets[string(in.key)]; ok {
 		return shared
 	}
-	shared := make(labels.Set, len(l))
-	for k, v := range l {
-		shared[in.str(k)] = in.str(v)
-	}
-	if in.add(int64(len(in.key)) + 64 + 48*int64(len(l))) {
+	shared := labelPairs(keys, l, in.str)
+	if in.add(int64(len(in.key)) + 64 + 32*int64(len(keys))) {
 		in.labelSets[string(in.key)] = shared
 	}
 	return shared

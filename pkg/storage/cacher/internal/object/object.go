@@ -12,7 +12,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
@@ -47,8 +46,10 @@ type Object struct {
 	// Codec decodes raw and knows which encoders write it.
 	Codec *Codec
 	// co is the object's Caching while it was sent recently (Object.Caching).
-	co     atomic.Pointer[Caching]
-	Labels labels.Set
+	co atomic.Pointer[Caching]
+	// labels are the object's labels, shared between objects that have the
+	// same set; nil for none.
+	labels *Labels
 	// attrs are what selectors need beyond the fields above, shared between
 	// objects that need the same; nil if they need nothing more.
 	attrs *attrs
@@ -119,6 +120,14 @@ func (o *Object) Name() string {
 	}
 	return o.Key[o.nameAt:]
 }
+
+// SetLabels makes l the object's labels. Only what makes the object calls
+// it, before anyone else holds it.
+func (o *Object) SetLabels(l *Labels) { o.labels = l }
+
+// Labels are the object's labels, for a selector to match: a nil *Labels,
+// the empty set, when it has none. They are shared: read only.
+func (o *Object) Labels() *Labels { return o.labels }
 
 // Fields are the object's selectable fields other than the name and the
 // trigger field, as name and value pairs.
@@ -195,7 +204,7 @@ func (o *Object) At(v storage.Versioner, rv uint64) (*Object, error) {
 	}
 	// Its bytes are its own, in Raw: it is sent now, and kept only with the
 	// event that leaves, never compressed.
-	return &Object{Key: o.Key, nameAt: o.nameAt, Raw: raw, Head: TypeHeader(raw), Codec: o.Codec, Labels: o.Labels,
+	return &Object{Key: o.Key, nameAt: o.nameAt, Raw: raw, Head: TypeHeader(raw), Codec: o.Codec, labels: o.labels,
 		attrs: o.attrs, RV: rv, Trigger: o.Trigger, Hashes: o.Hashes}, nil
 }
 

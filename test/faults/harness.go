@@ -559,22 +559,41 @@ func (e *env) startInformers(t *testing.T, ctx context.Context, target int) {
 	}
 }
 
-// informerSettle is how long an informer's store may differ from a fresh
-// list at the end of a run. client-go's reflector waits up to 30 s, and a
-// jitter of as much again, before it lists again after a failed list: an
-// informer whose lists got 429 all through a long fault (the server's
-// member paused for a minute while its cache re-listed) lists again up to
-// a minute after the heal, and holds what it held until then. A store
-// that is wrong for good still differs after it.
-const informerSettle = 65 * time.Second
+// informerSettle is how long after its last failed request an informer's
+// store may differ from a fresh list at the end of a run. client-go's
+// reflector waits up to 30 s, and a jitter of as much again, before it
+// lists again after a failed list: an informer whose lists got 429 all
+// through a long fault (the server's member paused for a minute while its
+// cache re-listed) lists again up to a minute after the heal, and holds
+// what it held until then. An informer none of whose requests failed
+// gets informerQuiet, as every informer did before: waiting the minute
+// for each made a run whose store is wrong for good (an injected drop)
+// take 70 s in make test, not 15.
+const (
+	informerSettle = 65 * time.Second
+	informerQuiet  = 10 * time.Second
+)
+
+// informerWait is how long the end of a run waits for inf's store to
+// match a fresh list.
+func informerWait(inf *informer, now time.Time) time.Duration {
+	wait := informerQuiet
+	if f := inf.lastFailure(); !f.IsZero() {
+		wait = max(wait, f.Add(informerSettle).Sub(now))
+	}
+	return wait
+}
 
 // checkInformers compares each informer's store with fresh, listing again
-// through relist while they differ, for up to informerSettle each, and
+// through relist while they differ, for up to informerWait each, and
 // counts the informers' re-lists and the transactions written beside the
 // server.
 func (e *env) checkInformers(ctx context.Context, r *result, relist func() *v1beta1.AssignmentList, fresh *v1beta1.AssignmentList) {
+	// The informers settle at once: each wait counts from the check's start.
+	start := time.Now()
 	for _, inf := range e.informers {
-		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, informerSettle, true, func(context.Context) (bool, error) {
+		left := max(start.Add(informerWait(inf, start)).Sub(time.Now()), 0)
+		if err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, left, true, func(context.Context) (bool, error) {
 			if d, _ := watchcheck.Diff(itemsOf(fresh.Items), inf.items()); d == "" {
 				return true, nil
 			}

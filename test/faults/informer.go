@@ -21,9 +21,12 @@ type informer struct {
 	name     string
 	informer cache.SharedIndexInformer
 
-	// mu guards syncs.
+	// mu guards syncs and failedAt.
 	mu    sync.Mutex
 	syncs int
+	// failedAt is when a list or watch request of the informer last
+	// failed; zero if none did.
+	failedAt time.Time
 }
 
 // countingListWatch is the informer's ListWatch with counts of syncs.
@@ -47,13 +50,17 @@ func newInformer(name string, client versioned.Interface, watchList bool) *infor
 			if opts.Continue == "" { // the pager's next page is the same list
 				inf.countSync()
 			}
-			return assignments.List(ctx, opts)
+			l, err := assignments.List(ctx, opts)
+			inf.noteFailure(err)
+			return l, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			if opts.SendInitialEvents != nil && *opts.SendInitialEvents {
 				inf.countSync()
 			}
-			return assignments.Watch(ctx, opts)
+			w, err := assignments.Watch(ctx, opts)
+			inf.noteFailure(err)
+			return w, err
 		},
 	}}
 	inf.informer = cache.NewSharedIndexInformer(lw, &v1beta1.Assignment{}, 0, cache.Indexers{})
@@ -64,6 +71,23 @@ func (i *informer) countSync() {
 	i.mu.Lock()
 	defer i.mu.Unlock()
 	i.syncs++
+}
+
+// noteFailure records a failed request, if err is one.
+func (i *informer) noteFailure(err error) {
+	if err == nil {
+		return
+	}
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.failedAt = time.Now()
+}
+
+// lastFailure is when a request of the informer last failed; zero if none did.
+func (i *informer) lastFailure() time.Time {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.failedAt
 }
 
 // relists is how many times the informer synced after its first sync.

@@ -1,11 +1,9 @@
 package faults
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -241,23 +239,26 @@ func (c *cluster) serverWatchers(ctx context.Context, i int) (int, error) {
 
 // watchers returns member i's count of open etcd watchers, from its metrics.
 func (c *cluster) watchers(ctx context.Context, i int) (int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Members[i].ClientURL()+"/metrics", nil)
+	lines, err := memberMetrics(ctx, c.Members[i].ClientURL())
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "etcd_debugging_mvcc_watcher_total "); ok {
+	for _, line := range lines {
+		if v, ok := strings.CutPrefix(line, "etcd_debugging_mvcc_watcher_total "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			return int(f), err
 		}
 	}
 	return 0, fmt.Errorf("member %d reports no etcd_debugging_mvcc_watcher_total", i)
+}
+
+// memberMetrics returns the lines of the metrics of the member at clientURL.
+func memberMetrics(ctx context.Context, clientURL string) ([]string, error) {
+	body, err := get(ctx, clientURL+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(string(body), "\n"), nil
 }
 
 // replace removes member i from the cluster, stops it, and adds a new

@@ -31,7 +31,7 @@ func TestStallGoroutines(t *testing.T) {
 		want  bool
 	}{
 		{stallGoroutine, "goroutine 1 [select]:\ngithub.com/x/pkg/storage/cacher/internal/source.(*follower).watch(...)", true},
-		{stallGoroutine, "goroutine 2 [select]:\ngo.etcd.io/etcd/client/v3.(*watchGrpcStream).run(...)", true},
+		{stallGoroutine, "goroutine 2 [select]:\ngo.etcd.io/etcd/client/v3.(*watchGRPCStream).run(...)", true},
 		{stallGoroutine, "goroutine 3 [IO wait]:\nnet/http.(*conn).serve(...)", false},
 		{etcdStallGoroutine, "goroutine 1 [select]:\ngo.etcd.io/etcd/server/v3/etcdserver/api/v3rpc.(*serverWatchStream).sendLoop(...)", true},
 		{etcdStallGoroutine, "goroutine 2 [select]:\ngo.etcd.io/etcd/server/v3/storage/mvcc.(*watchableStore).syncWatchersLoop(...)", true},

@@ -534,17 +534,19 @@ func continueToken(head []byte) string {
 // much they raised the server's peak RSS (VmHWM, reset first), and the
 // time until the last one was read. A list that fails fails the benchmark.
 func concurrentListsRSS(ctx context.Context, b *testing.B, hc *http.Client, base string, pid, n int) (int64, time.Duration) {
-	added, took, errs := tryConcurrentListsRSS(ctx, b, hc, base, pid, n)
+	before, peak, took, errs := tryConcurrentListsRSS(ctx, b, hc, base, pid, n)
 	if len(errs) > 0 {
 		b.Fatal(errors.Join(errs...))
 	}
-	return added, took
+	return peak - before, took
 }
 
-// tryConcurrentListsRSS is concurrentListsRSS returning the errors of the
-// lists that failed.
-func tryConcurrentListsRSS(ctx context.Context, b *testing.B, hc *http.Client, base string, pid, n int) (int64, time.Duration, []error) {
-	before := resetPeakRSS(b, pid)
+// tryConcurrentListsRSS runs n full consistent lists at once, and returns
+// the server's RSS before them and its peak RSS (VmHWM, reset first) by
+// the time the last one was read, that time, and the errors of the lists
+// that failed.
+func tryConcurrentListsRSS(ctx context.Context, b *testing.B, hc *http.Client, base string, pid, n int) (before, peak int64, took time.Duration, _ []error) {
+	before = resetPeakRSS(b, pid)
 	t0 := time.Now()
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -554,7 +556,7 @@ func tryConcurrentListsRSS(ctx context.Context, b *testing.B, hc *http.Client, b
 		})
 	}
 	wg.Wait()
-	return peakRSS(b, pid) - before, time.Since(t0), slices.DeleteFunc(errs, func(err error) bool { return err == nil })
+	return before, peakRSS(b, pid), time.Since(t0), slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 }
 
 // resetPeakRSS resets the peak RSS of process pid (VmHWM) to its RSS, and

@@ -123,9 +123,13 @@ func TestGzipStream(t *testing.T) {
 		}
 		someNewer = append(someNewer, f)
 	}
+	// Every other frame, save one that begins a run of one frame in the
+	// first stream (its successor begins the next): this stream's run from
+	// it would be that very run, and rightly shared, whenever the next frame
+	// it sends begins one too, for 1 in 64³ frames under the process's sums.
 	var everyOther, copies [][]byte
 	for i, f := range frames {
-		if i%2 == 0 {
+		if i%2 == 0 && !(frameBegins(f) && i+1 < n && frameBegins(frames[i+1])) {
 			everyOther = append(everyOther, f)
 		}
 		copies = append(copies, bytes.Clone(f))

@@ -65,6 +65,9 @@ var (
 		"Reads of a cached object whose compressed bytes did not decompress to the bytes they were made from "+
 			"(their CRC-32C), which were refused: the cache lists again (relists_total, reason unreadable). "+
 			"Only with --watch-cache-compression.")
+	pageRetriesCounter = counterVec("list_page_retries_total",
+		"Pages of the cache's own lists of etcd read again at the list's revision after etcd or the way to it "+
+			"failed them (a member restarting, a stream cut short), the pages already read kept.")
 	unreadyGauge = gaugeVec("unready",
 		"Caches of the resource that cannot serve: initializing, or listing etcd again. Reads they would "+
 			"serve get 429 meanwhile (or go to etcd with --watch-cache-consistent-read-fallback).")
@@ -97,7 +100,7 @@ func registerMetrics() {
 		// here too makes them work for a cache used without one, as in tests.
 		upstream.Register()
 		legacyregistry.MustRegister(watchersGauge, parkedCounter, catchUpLagEvents, snapshotsGauge, historyEventsGauge,
-			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap, replayedCounter, backfillsCounter, backfillEventsGauge, unreadyGauge, corruptCounter)
+			historyBytesGauge, historyEvictedCounter, encodedObjectsGauge, initialEventsWaiting, etcdWatchRestarts, relistsCounter, etcdWatchGap, replayedCounter, backfillsCounter, backfillEventsGauge, unreadyGauge, corruptCounter, pageRetriesCounter)
 		legacyregistry.CustomMustRegister(&gzipRunsCollector{}, &floorCollector{})
 	})
 }
@@ -163,6 +166,7 @@ func newCacheMetrics(gr schema.GroupResource) *cacheMetrics {
 		Replayed:     replayedCounter.WithLabelValues(g, r),
 		Listed:       upstream.WatchCacheInitializations.WithLabelValues(g, r),
 		ListFailed:   upstream.WatchCacheInitializationErrors.WithLabelValues(g, r),
+		PageRetried:  pageRetriesCounter.WithLabelValues(g, r),
 		ListDuration: upstream.WatchCacheInitializationDuration.WithLabelValues(g, r),
 		Gap:          etcdWatchGap.WithLabelValues(g, r),
 		Restarted:    func(reason string) { etcdWatchRestarts.WithLabelValues(g, r, reason).Inc() },

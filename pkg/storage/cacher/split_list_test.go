@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	grpccodes "google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -19,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object/objecttest"
@@ -191,6 +196,114 @@ func TestListSplit(t *testing.T) {
 			for i := range want.Items {
 				if g, w := got.Items[i], want.Items[i]; g.Namespace != w.Namespace || g.Name != w.Name || g.ResourceVersion != w.ResourceVersion {
 					t.Errorf("pod %d: cache %s/%s@%s, etcd %s/%s@%s", i, g.Namespace, g.Name, g.ResourceVersion, w.Namespace, w.Name, w.ResourceVersion)
+				}
+			}
+		})
+	}
+}
+
+// failingPage fails the second page a cache's list reads after its first,
+// once, with err, and counts the first pages: how often the whole list was
+// read.
+type failingPage struct {
+	storage.Interface
+	err        error
+	firstPages atomic.Int64
+	later      atomic.Int64
+}
+
+// wrap makes f fail a page of cfg's lists, through the store or as a range.
+func (f *failingPage) wrap(cfg *Config) {
+	f.Interface = cfg.Storage
+	cfg.Storage = f
+	cfg.wrapRanges = func(r source.RangeReader) source.RangeReader { return failingRanges{RangeReader: r, f: f} }
+}
+
+// fails tells whether the page being read fails.
+func (f *failingPage) fails() bool { return f.later.Add(1) == 2 }
+
+func (f *failingPage) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	if opts.Predicate.Continue == "" {
+		f.firstPages.Add(1)
+	} else if f.fails() {
+		return f.err
+	}
+	return f.Interface.GetList(ctx, key, opts, listObj)
+}
+
+type failingRanges struct {
+	source.RangeReader
+	f *failingPage
+}
+
+func (r failingRanges) ReadRange(ctx context.Context, rev int64, from, to string, fn func(string, int64, func() (runtime.Object, error)) error) error {
+	if r.f.fails() {
+		return r.f.err
+	}
+	return r.RangeReader.ReadRange(ctx, rev, from, to, fn)
+}
+
+// TestListPageRetried restarts a cache over pods in pages of 3, with one
+// page after the first failing once: a failure of etcd or of the way to it
+// (a member restarting mid-stream) reads that page again at the list's
+// revision, and keeps the others; a compacted revision, which no read at it
+// can get past, reads the whole list again at a new one. Either way the
+// cache holds exactly etcd's state.
+func TestListPageRetried(t *testing.T) {
+	unavailable := grpcstatus.Error(grpccodes.Unavailable, "error reading from server: EOF")
+	for _, tc := range []struct {
+		name      string
+		keyReader bool
+		err       error
+		// lists is how many times the whole list is read.
+		lists   int64
+		retried float64
+	}{
+		{name: "a range, etcd unavailable", keyReader: true, err: unavailable, lists: 1, retried: 1},
+		{name: "a range, compacted", keyReader: true, err: apierrors.NewResourceExpired("compacted"), lists: 2},
+		{name: "pages one after another, etcd unavailable", err: unavailable, lists: 1, retried: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var opts []setupOption
+			if tc.keyReader {
+				opts = append(opts, withKeyReader(testingclock.NewFakeClock(time.Now()), time.Hour))
+			}
+			c := newTestCacher(t, opts...)
+			ctx := context.Background()
+			for i := range 10 {
+				pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("p%02d", i)}}
+				if err := c.Create(ctx, "/pods/ns/"+pod.Name, pod, &example.Pod{}, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			retried := pageRetriesCounter.WithLabelValues("", "pods")
+			before, _ := testutil.GetCounterMetricValue(retried)
+			pages := &failingPage{err: tc.err}
+			restarted := restartCache(t, c, func(cfg *Config) {
+				pages.wrap(cfg)
+				cfg.listPageSize = 3
+				cfg.WarmStartRevisions = -1   // no backfill, which lists again
+				cfg.Clock = clock.RealClock{} // the waits between reads
+			})
+			if n := pages.firstPages.Load(); n != tc.lists {
+				t.Errorf("the whole list read %d times, want %d", n, tc.lists)
+			}
+			if n, _ := testutil.GetCounterMetricValue(retried); n-before != tc.retried {
+				t.Errorf("%v pages read again, want %v", n-before, tc.retried)
+			}
+			got, want := &example.PodList{}, &example.PodList{}
+			if err := restarted.GetList(ctx, "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything}, got); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.cfg.Storage.GetList(ctx, "/pods/", storage.ListOptions{Recursive: true, Predicate: storage.Everything}, want); err != nil {
+				t.Fatal(err)
+			}
+			if got.ResourceVersion != want.ResourceVersion || len(got.Items) != len(want.Items) {
+				t.Fatalf("the cache holds %d pods at %s, etcd %d at %s", len(got.Items), got.ResourceVersion, len(want.Items), want.ResourceVersion)
+			}
+			for i := range want.Items {
+				if g, w := got.Items[i], want.Items[i]; g.Name != w.Name || g.ResourceVersion != w.ResourceVersion {
+					t.Errorf("pod %d: cache %s@%s, etcd %s@%s", i, g.Name, g.ResourceVersion, w.Name, w.ResourceVersion)
 				}
 			}
 		})

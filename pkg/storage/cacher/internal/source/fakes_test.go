@@ -346,7 +346,7 @@ func (m counter) Observe(float64) { m.c.add(m.name) }
 func (c *counts) metrics() Metrics {
 	return Metrics{
 		Received: counter{c, "received"}, Replayed: counter{c, "replayed"},
-		Listed: counter{c, "listed"}, ListFailed: counter{c, "list_failed"},
+		Listed: counter{c, "listed"}, ListFailed: counter{c, "list_failed"}, PageRetried: counter{c, "page_retried"},
 		ListDuration: counter{c, "list_duration"}, Gap: counter{c, "gap"},
 		Restarted:       func(r string) { c.add("restarted/" + r) },
 		Relisted:        func(r string) { c.add("relisted/" + r) },

@@ -110,7 +110,19 @@ func (s *Source) listPages(ctx context.Context, opts storage.ListOptions, rev ui
 	}
 	var objs []*object.Object
 	for {
-		page, rv, next, err := s.listPage(ctx, opts, share)
+		var page []*object.Object
+		var rv uint64
+		var next string
+		read := func() (err error) {
+			page, rv, next, err = s.listPage(ctx, opts, share)
+			return err
+		}
+		var err error
+		if opts.Predicate.Continue == "" {
+			err = read() // a failed first page costs nothing to read again
+		} else {
+			err = s.retryPage(ctx, "after the continue token "+opts.Predicate.Continue, read)
+		}
 		if err != nil {
 			return nil, 0, err
 		}

@@ -127,6 +127,9 @@ type Metrics struct {
 	// Received counts the events from etcd, Replayed those dropped as
 	// repeats, Listed and ListFailed the lists.
 	Received, Replayed, Listed, ListFailed compbasemetrics.CounterMetric
+	// PageRetried counts the pages of lists read again at their list's
+	// revision, the rest of the list kept (retryPage).
+	PageRetried compbasemetrics.CounterMetric
 	// ListDuration observes the lists, and Gap each time without a
 	// working watch, in seconds.
 	ListDuration, Gap compbasemetrics.ObserverMetric

@@ -7,8 +7,10 @@ import (
 	goruntime "runtime"
 
 	"golang.org/x/sync/errgroup"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/klog/v2"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
@@ -85,18 +87,23 @@ func (s *Source) listSplit(ctx context.Context, opts storage.ListOptions, rev ui
 	g.SetLimit(cpus)
 	for _, p := range pages {
 		g.Go(func() error {
-			var read []*object.Object
-			var err error
-			if s.cfg.Ranges != nil {
-				read, err = s.readRange(gctx, rev, keys, p, share)
-			} else {
-				page := opts
-				page.Predicate.Limit = int64(p[1] - p[0])
+			page := opts
+			page.Predicate.Limit = int64(p[1] - p[0])
+			if s.cfg.Ranges == nil {
+				var err error
 				if page.Predicate.Continue, err = storage.EncodeContinue(keys[p[0]].key, prefix, int64(rev)); err != nil {
 					return err
 				}
-				read, _, _, err = s.listPage(gctx, page, share)
 			}
+			var read []*object.Object
+			err := s.retryPage(gctx, "from "+keys[p[0]].key, func() (err error) {
+				if s.cfg.Ranges != nil {
+					read, err = s.readRange(gctx, rev, keys, p, share)
+				} else {
+					read, _, _, err = s.listPage(gctx, page, share)
+				}
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -154,4 +161,31 @@ func (s *Source) readRange(ctx context.Context, rev uint64, keys []keyRev, p [2]
 		return nil, fmt.Errorf("listing %s: %w", s.cfg.GroupResource, err)
 	}
 	return objs, nil
+}
+
+// retryPage calls read, which reads the page of a list named by page,
+// until it succeeds or fails in a way another read at the list's
+// revision cannot get past: etcd compacted the revision, an object does
+// not decode, or ctx ended. Between reads it waits as Run does between
+// lists. Any other failure is etcd's or the way to it (a member restarting
+// mid-stream, a stream cut short, no leader for a while), and passes: the
+// pages already read are kept. Without it, one such failure read the whole
+// list again, at a million objects tens of seconds of a start.
+func (s *Source) retryPage(ctx context.Context, page string, read func() error) error {
+	delay := minRetryDelay
+	for {
+		err := read()
+		if err == nil || ctx.Err() != nil || errors.Is(err, errUnreadable) || apierrors.IsResourceExpired(err) {
+			return err
+		}
+		s.cfg.Metrics.PageRetried.Inc()
+		klog.InfoS("Watch cache could not read a page of its list; reading it again", "resource", s.cfg.GroupResource,
+			"page", page, "retryIn", delay, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-s.cfg.Clock.After(delay):
+		}
+		delay = min(2*delay, maxRetryDelay)
+	}
 }

@@ -315,7 +315,7 @@ func (c *Config) changes(held func(key string, rev uint64) *object.Object, corru
 // resource's keys are, and their values read as Storage reads them.
 func (c *Config) etcdRead() source.EtcdReadConfig {
 	return source.EtcdReadConfig{Client: c.Client, StoragePrefix: c.StoragePrefix, ResourcePrefix: c.ResourcePrefix,
-		Transformer: c.Transformer, Decode: c.decoder()}
+		Transformer: c.Transformer, Decode: c.decoder(), GroupResource: c.GroupResource}
 }
 
 // ranges reads the pages of the cache's own lists after the first from

@@ -3,6 +3,7 @@ package cacher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -476,26 +477,80 @@ func TestConsistentReadsAskTheCacheConnection(t *testing.T) {
 // count for resource, from the registry the server serves /metrics from.
 func etcdRevisionReads(t *testing.T, resource string) float64 {
 	t.Helper()
+	return counterSum(t, "etcd_requests_total", map[string]string{"operation": "getCurrentResourceVersion", "resource": resource})
+}
+
+// counterSum returns the sum of the counters named name whose labels
+// include want, from the registry the server serves /metrics from.
+func counterSum(t *testing.T, name string, want map[string]string) float64 {
+	t.Helper()
 	families, err := legacyregistry.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var n float64
 	for _, f := range families {
-		if f.GetName() != "etcd_requests_total" {
+		if f.GetName() != name {
 			continue
 		}
+	metrics:
 		for _, m := range f.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["operation"] == "getCurrentResourceVersion" && labels["resource"] == resource {
-				n += m.GetCounter().GetValue()
+			for k, v := range want {
+				if labels[k] != v {
+					continue metrics
+				}
 			}
+			n += m.GetCounter().GetValue()
 		}
 	}
 	return n
+}
+
+// TestDirectReadsCounted: the cache's own reads of etcd, which go around
+// the etcd3 store, count in the store's metrics as the store's reads
+// would, so that the dashboards graphing them see the cache's share: each
+// page of a list read as a range is an etcd request (listStream), and each
+// event its watch receives an event received.
+func TestDirectReadsCounted(t *testing.T) {
+	etcd3metrics.Register() // as the server registers it: a metric counts once registered
+	c := newTestCacher(t, withKeyReader(testingclock.NewFakeClock(time.Now()), time.Hour))
+	for i := range 10 {
+		createPod(t, c, fmt.Sprintf("p%02d", i))
+	}
+	streams := func() float64 {
+		return counterSum(t, "etcd_requests_total", map[string]string{"operation": "listStream", "resource": "pods"})
+	}
+	events := func() float64 {
+		return counterSum(t, "apiserver_storage_events_received_total", map[string]string{"resource": "pods"})
+	}
+	streamsBefore := streams()
+	pages := &pageLimits{}
+	restarted := restartCache(t, c, func(cfg *Config) {
+		pages.wrap(cfg)
+		cfg.listPageSize = 3
+		cfg.WarmStartRevisions = -1 // no backfill, which reads more
+	})
+	pages.mu.Lock()
+	ranges := len(pages.limits)
+	pages.mu.Unlock()
+	if n := streams() - streamsBefore; ranges == 0 || n < float64(ranges) {
+		t.Errorf("etcd_requests_total counts %v listStream requests of pods, want at least the %d ranges read", n, ranges)
+	}
+	eventsBefore := events()
+	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: "ns"}}
+	if err := restarted.Create(context.Background(), "/pods/ns/new", pod, &example.Pod{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return events() > eventsBefore, nil
+	})
+	if err != nil {
+		t.Error("apiserver_storage_events_received_total counts no event of pods 10 s after a create")
+	}
 }
 
 func createPod(t *testing.T, c *testCacher, name string) *example.Pod {

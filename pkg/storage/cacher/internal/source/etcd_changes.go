@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage/etcd3/metrics"
 	"k8s.io/klog/v2"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/inject"
@@ -217,10 +218,13 @@ func (s *etcdStream) sendChunks(events []*clientv3.Event) bool {
 // decode reads a response's events. A put that does not read or decode
 // ends the watch, and the cache lists again: re-watching would meet it
 // again. A deletion's last value that does not is left out, as etcd
-// leaves it out once compacted, and the cache uses the one it holds.
+// leaves it out once compacted, and the cache uses the one it holds. Each
+// event counts in apiserver_storage_events_received_total, as the etcd3
+// store's watch counts it.
 func (s *etcdStream) decode(events []*clientv3.Event) Response {
 	r := Response{Changes: make([]Change, 0, len(events))}
 	for _, e := range events {
+		metrics.RecordEtcdEvent(s.c.cfg.GroupResource)
 		ch := Change{Key: s.c.prefix.cacheKey(e.Kv.Key), Rev: uint64(e.Kv.ModRevision), Deleted: e.Type == clientv3.EventTypeDelete}
 		var err error
 		switch {

@@ -77,7 +77,7 @@ func (p etcdPrefix) cacheKey(etcdKey []byte) string {
 // ReadKeys implements KeyReader, as one stream (streamRange).
 func (r *EtcdKeyReader) ReadKeys(ctx context.Context, rev int64, fn func(key string, modRev int64)) (int64, error) {
 	var bytes int64
-	err := streamRange(ctx, r.client, r.prefix.rangePrefix, clientv3.GetPrefixRangeEnd(r.prefix.rangePrefix), rev, true, r.pageSize,
+	_, err := streamRange(ctx, r.client, r.prefix.rangePrefix, clientv3.GetPrefixRangeEnd(r.prefix.rangePrefix), rev, true, r.pageSize,
 		func(kvs []*mvccpb.KeyValue) error {
 			for _, kv := range kvs {
 				bytes += int64(proto.Size(kv))

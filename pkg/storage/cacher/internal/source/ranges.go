@@ -4,15 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
 	grpccodes "google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/audit"
+	"k8s.io/apiserver/pkg/storage/etcd3/metrics"
 	storagevalue "k8s.io/apiserver/pkg/storage/value"
+	"k8s.io/component-base/tracing"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 )
@@ -43,12 +49,14 @@ type EtcdReadConfig struct {
 	// Decode decodes a value the Transformer read, and sets its
 	// resourceVersion to rev.
 	Decode func(data []byte, rev uint64) (runtime.Object, error)
+	// GroupResource labels the etcd3 store's metrics the reads report to.
+	GroupResource schema.GroupResource
 }
 
 func (c EtcdReadConfig) prefix() etcdPrefix { return newEtcdPrefix(c.StoragePrefix, c.ResourcePrefix) }
 
 func (c EtcdReadConfig) values() etcdValues {
-	return etcdValues{transformer: c.Transformer, decode: c.Decode}
+	return etcdValues{transformer: c.Transformer, decode: c.Decode, gr: c.GroupResource}
 }
 
 // EtcdRanges is a RangeReader over an etcd client.
@@ -67,16 +75,26 @@ func NewEtcdRanges(cfg EtcdReadConfig) *EtcdRanges {
 	return &EtcdRanges{cfg: cfg, prefix: cfg.prefix(), values: cfg.values(), pageSize: keyReaderPageSize}
 }
 
-// ReadRange implements RangeReader.
-func (r *EtcdRanges) ReadRange(ctx context.Context, rev int64, from, to string, fn func(key string, modRev int64, read func() (runtime.Object, error)) error) error {
+// ReadRange implements RangeReader. It reports to the etcd3 store's
+// metrics and traces as a streamed list of the store's would: a request
+// (etcd_request_duration_seconds, verb listStream, or list on an etcd
+// without RangeStream), the objects it read (apiserver_storage_list_*),
+// its duration (apiserver_storage_list_duration_seconds), and a span.
+func (r *EtcdRanges) ReadRange(ctx context.Context, rev int64, from, to string, fn func(key string, modRev int64, read func() (runtime.Object, error)) error) (err error) {
 	if err := inject.Hit(ctx, inject.ListPageBefore); err != nil {
 		return err
 	}
+	ctx, span := tracing.Start(ctx, "List(recursive=true) etcd3", attribute.String("audit-id", audit.GetAuditIDTruncated(ctx)),
+		attribute.String("key", r.cfg.ResourcePrefix), attribute.Int64("resourceVersion", rev),
+		attribute.String("from", from), attribute.String("to", to))
+	defer span.End(500 * time.Millisecond)
+	start, read := time.Now(), 0
 	end := clientv3.GetPrefixRangeEnd(r.prefix.rangePrefix)
 	if to != "" {
 		end = r.prefix.etcdKey(to)
 	}
-	err := streamRange(ctx, r.cfg.Client, r.prefix.etcdKey(from), end, rev, false, r.pageSize, func(kvs []*mvccpb.KeyValue) error {
+	streamed, err := streamRange(ctx, r.cfg.Client, r.prefix.etcdKey(from), end, rev, false, r.pageSize, func(kvs []*mvccpb.KeyValue) error {
+		read += len(kvs)
 		for _, kv := range kvs {
 			read := func() (runtime.Object, error) { return r.values.read(ctx, kv.Key, kv.Value, uint64(kv.ModRevision)) }
 			if err := fn(r.prefix.cacheKey(kv.Key), kv.ModRevision, read); err != nil {
@@ -85,9 +103,18 @@ func (r *EtcdRanges) ReadRange(ctx context.Context, rev int64, from, to string, 
 		}
 		return nil
 	})
+	verb := "listStream"
+	if !streamed {
+		verb = "list"
+	}
+	metrics.RecordEtcdRequest(verb, r.cfg.GroupResource, err, start)
+	metrics.RecordStorageListMetrics(r.cfg.GroupResource, "", read, read, read)
+	metrics.RecordListLatency(r.cfg.GroupResource, streamed, start)
 	if err != nil {
+		span.AddEvent("List call failed", attribute.String("err", err.Error()))
 		return err
 	}
+	span.AddEvent("List call succeeded", attribute.Int("count", read))
 	return inject.Hit(ctx, inject.ListPageAfter)
 }
 
@@ -96,6 +123,9 @@ func (r *EtcdRanges) ReadRange(ctx context.Context, rev int64, from, to string, 
 type etcdValues struct {
 	transformer storagevalue.Transformer
 	decode      func(data []byte, rev uint64) (runtime.Object, error)
+	// gr labels apiserver_storage_decode_errors_total, which counts the
+	// values that do not decode, as the etcd3 store's reads count them.
+	gr schema.GroupResource
 }
 
 // read returns a transformError if the transformer fails: a KMS plugin
@@ -108,7 +138,11 @@ func (v etcdValues) read(ctx context.Context, key, data []byte, rev uint64) (run
 			return nil, transformError{err}
 		}
 	}
-	return v.decode(data, rev)
+	obj, err := v.decode(data, rev)
+	if err != nil {
+		metrics.RecordDecodeError(v.gr)
+	}
+	return obj, err
 }
 
 // transformError is a value the transformer could not read.
@@ -129,16 +163,17 @@ func (e transformError) Unwrap() error { return e.err }
 // over each page's own range (BenchmarkEtcdRanges, docs/benchmarks.md). An etcd without
 // RangeStream (before 3.7) is read in pages of pageSize. A revision etcd
 // compacted is a ResourceExpired error, as the etcd3 store's list says.
-func streamRange(ctx context.Context, client *clientv3.Client, from, end string, rev int64, keysOnly bool, pageSize int64, fn func([]*mvccpb.KeyValue) error) error {
-	err := streamRangeRaw(ctx, client, from, end, rev, keysOnly, pageSize, fn)
+// It tells whether it read the range as a stream.
+func streamRange(ctx context.Context, client *clientv3.Client, from, end string, rev int64, keysOnly bool, pageSize int64, fn func([]*mvccpb.KeyValue) error) (streamed bool, err error) {
+	streamed, err = streamRangeRaw(ctx, client, from, end, rev, keysOnly, pageSize, fn)
 	if errors.Is(err, rpctypes.ErrCompacted) {
-		return apierrors.NewResourceExpired(fmt.Sprintf("revision %d was compacted while the cache read it: %v", rev, err))
+		return streamed, apierrors.NewResourceExpired(fmt.Sprintf("revision %d was compacted while the cache read it: %v", rev, err))
 	}
-	return err
+	return streamed, err
 }
 
 // streamRangeRaw is streamRange without its errors' mapping.
-func streamRangeRaw(ctx context.Context, client *clientv3.Client, from, end string, rev int64, keysOnly bool, pageSize int64, fn func([]*mvccpb.KeyValue) error) error {
+func streamRangeRaw(ctx context.Context, client *clientv3.Client, from, end string, rev int64, keysOnly bool, pageSize int64, fn func([]*mvccpb.KeyValue) error) (bool, error) {
 	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithRev(rev)}
 	if keysOnly {
 		opts = append(opts, clientv3.WithKeysOnly())
@@ -147,10 +182,10 @@ func streamRangeRaw(ctx context.Context, client *clientv3.Client, from, end stri
 	defer cancel()
 	stream, err := client.GetStream(ctx, from, opts...)
 	if grpcstatus.Code(err) == grpccodes.Unimplemented {
-		return readPages(ctx, client, from, append(opts, clientv3.WithLimit(pageSize)), fn)
+		return false, readPages(ctx, client, from, append(opts, clientv3.WithLimit(pageSize)), fn)
 	}
 	if err != nil {
-		return err
+		return true, err
 	}
 	// The client's goroutine sends on stream until the stream ends, which
 	// cancel makes it do: it must be drained, or it stays blocked.
@@ -163,23 +198,23 @@ func streamRangeRaw(ctx context.Context, client *clientv3.Client, from, end stri
 	for resp := range stream {
 		if err := resp.Err(); err != nil {
 			if first && grpcstatus.Code(err) == grpccodes.Unimplemented {
-				return readPages(ctx, client, from, append(opts, clientv3.WithLimit(pageSize)), fn)
+				return false, readPages(ctx, client, from, append(opts, clientv3.WithLimit(pageSize)), fn)
 			}
-			return err
+			return true, err
 		}
 		first = false
 		// Only the last chunk has a header.
 		ended = resp.Header != nil
 		if err := fn(resp.Kvs); err != nil {
-			return err
+			return true, err
 		}
 	}
 	if !ended {
 		// As the etcd3 store's streamed list: a stream cut short by
 		// something between us and etcd is not the whole range.
-		return fmt.Errorf("etcd's stream of [%q, %q) at revision %d ended before its last chunk", from, end, rev)
+		return true, fmt.Errorf("etcd's stream of [%q, %q) at revision %d ended before its last chunk", from, end, rev)
 	}
-	return nil
+	return true, nil
 }
 
 // readPages is streamRange's reading on an etcd without RangeStream, with

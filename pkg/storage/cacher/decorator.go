@@ -115,8 +115,8 @@ func StorageDecorator(base Config) generic.StorageDecorator {
 
 // RedialEtcd makes every etcd client the generic storage factory builds
 // from t, such as the etcd health and readiness checks' clients, dial a
-// member that refuses again, about every second, within each of gRPC's
-// connection attempts, instead of waiting out gRPC's growing backoff
+// member that refuses, or does not answer within 2 s, again, about every
+// second, within each of gRPC's connection attempts, instead of waiting out gRPC's growing backoff
 // between attempts, whose settings the factory does not let us set. After
 // a member's 54 s outage the readiness check's client reached it 12 s
 // after its return; with RedialEtcd, within about a second. It wraps t's

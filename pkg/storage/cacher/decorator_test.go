@@ -99,7 +99,7 @@ func TestStorageDecoratorTracksConnections(t *testing.T) {
 // and is back within a second of etcd taking its dials again.
 func TestCacheClientRedialsEverySecond(t *testing.T) {
 	server := newTestEtcd(t)
-	egress := &refusingEgress{refused: map[context.Context]int{}}
+	egress := &refusingEgress{refused: map[time.Time]int{}}
 	dial, _ := egress.lookup(egressselector.Etcd.AsNetworkContext())
 	tracker := etcdconn.New(etcdconn.Config{Dial: dial})
 	client, err := newEtcdClient(storagebackend.TransportConfig{ServerList: server.V3Client.Endpoints()}, tracker)
@@ -144,16 +144,20 @@ type refusingEgress struct {
 	down atomic.Bool
 
 	// mu guards the fields below.
-	mu      sync.Mutex
-	conns   []net.Conn
-	refused map[context.Context]int
+	mu    sync.Mutex
+	conns []net.Conn
+	// refused counts the refused dials of each of gRPC's connection
+	// attempts, known by their deadline: Redial bounds each dial with a
+	// context of its own, which inherits it.
+	refused map[time.Time]int
 }
 
 func (e *refusingEgress) lookup(egressselector.NetworkContext) (utilnet.DialFunc, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if e.down.Load() {
 			e.mu.Lock()
-			e.refused[ctx]++
+			deadline, _ := ctx.Deadline()
+			e.refused[deadline]++
 			e.mu.Unlock()
 			return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 		}
@@ -200,7 +204,7 @@ func (e *refusingEgress) stats() (refused, redialled int) {
 // within a few seconds of etcd taking dials again.
 func TestReadinessCheckRedialsARefusedMember(t *testing.T) {
 	server := newTestEtcd(t)
-	egress := &refusingEgress{refused: map[context.Context]int{}}
+	egress := &refusingEgress{refused: map[time.Time]int{}}
 	config := storagebackend.NewDefaultConfig(etcd3testing.PathPrefix(), examplev1Blob)
 	config.Transport = storagebackend.TransportConfig{ServerList: server.V3Client.Endpoints(), EgressLookup: egress.lookup}
 	RedialEtcd(&config.Transport)
@@ -239,7 +243,7 @@ func TestReadinessCheckRedialsARefusedMember(t *testing.T) {
 // etcd takes dials.
 func TestStorageDecoratorRedials(t *testing.T) {
 	server := newTestEtcd(t)
-	egress := &refusingEgress{refused: map[context.Context]int{}}
+	egress := &refusingEgress{refused: map[time.Time]int{}}
 	config := &storagebackend.ConfigForResource{
 		Config: storagebackend.Config{
 			Type:      storagebackend.StorageTypeETCD3,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,9 +20,15 @@ import (
 // pacing we do not set.
 var redialBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 1.6, Jitter: 0.2, Cap: time.Second, Steps: 1 << 30}
 
+// dialAttempt bounds one dial of Redial's. A dial that reaches its host is
+// answered within a round trip, which this leaves room for many times
+// over; the kernel sends its SYN again 1 s after the first, so that a dial
+// within the bound tries twice.
+const dialAttempt = 2 * time.Second
+
 // Redial returns a dialer that dials again, about a second apart at most
-// (redialBackoff), while the address refuses the connection, until ctx
-// ends.
+// (redialBackoff), while the address refuses the connection or does not
+// answer within dialAttempt, until ctx ends.
 //
 // A killed or restarting etcd member refuses connections. gRPC then waits
 // before its next attempt: 1 s, 1.6 times longer after each failure, up to
@@ -35,11 +42,13 @@ var redialBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 1.6, 
 // the member's return. gRPC's own backoff then counts one failure per
 // 20 s of outage, not one per attempt.
 //
-// Only a refusal is redialled: a member whose host is down drops the
-// dial's packets, and the dial itself waits for ctx. Errors other than a
-// refusal, and ctx's end, return at once; so does a refusal an egress
-// dialer reports as anything but syscall.ECONNREFUSED (a konnectivity
-// tunnel's, for one), which keeps gRPC's pace.
+// A member whose host is down drops the dial's packets, and a dial to it
+// waits for ctx, gRPC's connect timeout of 20 s, however soon the host is
+// back: each dial is bounded by dialAttempt, and one that runs out is
+// made again as after a refusal. Errors other than a refusal, and ctx's
+// end, return at once; so does a refusal an egress dialer reports as
+// anything but syscall.ECONNREFUSED (a konnectivity tunnel's, for one),
+// which keeps gRPC's pace.
 //
 // Two limits stay gRPC's: between its attempts it still waits its
 // backoff, which grows by 1.6 per 20 s attempt, so that past about three
@@ -49,17 +58,24 @@ var redialBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 1.6, 
 // for its own deadline instead of failing at once (etcd's client waits
 // for a ready connection either way).
 func Redial(dial utilnet.DialFunc, clk clock.WithTicker) utilnet.DialFunc {
+	return redial(dial, clk, clk)
+}
+
+// redial is Redial with the bound of each dial on a clock of its own,
+// bounds, so that a test can tell the dials' bounds from the waits
+// between them.
+func redial(dial utilnet.DialFunc, clk, bounds clock.WithTicker) utilnet.DialFunc {
 	if dial == nil {
 		dial = (&net.Dialer{}).DialContext
 	}
 	if clk == nil {
-		clk = clock.RealClock{}
+		clk, bounds = clock.RealClock{}, clock.RealClock{}
 	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		backoff := redialBackoff
 		for {
-			c, err := dial(ctx, network, addr)
-			if err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			c, ranOut, err := dialBounded(ctx, dial, bounds, network, addr)
+			if err == nil || ctx.Err() != nil || !ranOut && !errors.Is(err, syscall.ECONNREFUSED) {
 				return c, err
 			}
 			t := clk.NewTimer(backoff.Step())
@@ -71,4 +87,24 @@ func Redial(dial utilnet.DialFunc, clk clock.WithTicker) utilnet.DialFunc {
 			}
 		}
 	}
+}
+
+// dialBounded dials addr for dialAttempt at most, and tells whether the
+// dial ran out of it.
+func dialBounded(ctx context.Context, dial utilnet.DialFunc, clk clock.WithTicker, network, addr string) (net.Conn, bool, error) {
+	attempt, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t := clk.NewTimer(dialAttempt)
+	defer t.Stop()
+	var ranOut atomic.Bool
+	go func() {
+		select {
+		case <-t.C():
+			ranOut.Store(true)
+			cancel()
+		case <-attempt.Done():
+		}
+	}()
+	c, err := dial(attempt, network, addr)
+	return c, ranOut.Load(), err
 }

@@ -61,7 +61,10 @@ func TestRedial(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				c, err := Redial(inner, clk)(ctx, "tcp", "etcd:2379")
+				// The dials' bounds on a clock of their own: each dial
+				// answers at once, and a step of the waits' clock while one
+				// lasts would be counted as a wait.
+				c, err := redial(inner, clk, testingclock.NewFakeClock(time.Unix(1000, 0)))(ctx, "tcp", "etcd:2379")
 				done <- result{c, err}
 			}()
 			// Each refused dial is followed by one wait on the clock, of a
@@ -94,6 +97,77 @@ func TestRedial(t *testing.T) {
 			}
 			if !tc.ok && got.err == nil {
 				t.Error("no error")
+			}
+		})
+	}
+}
+
+// TestRedialUnanswered: a dial that gets no answer, as to a member whose
+// host is down and drops its packets, is ended once dialAttempt passes
+// and made again after the wait a refusal gets, until one connects or ctx
+// ends; it does not hold the connection attempt until gRPC's deadline.
+func TestRedialUnanswered(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		unanswered int
+		// cancel ends ctx during this dial; 0 never.
+		cancel, dials int
+		ok            bool
+	}{
+		{name: "answered at the third dial", unanswered: 2, dials: 3, ok: true},
+		{name: "unanswered until ctx ends", unanswered: 100, cancel: 2, dials: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			waits, bounds := testingclock.NewFakeClock(time.Unix(1000, 0)), testingclock.NewFakeClock(time.Unix(1000, 0))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var dials atomic.Int32
+			inner := func(ctx context.Context, _, _ string) (net.Conn, error) {
+				n := int(dials.Add(1))
+				if n <= tc.unanswered {
+					if n == tc.cancel {
+						cancel()
+					}
+					<-ctx.Done() // no answer: the dial waits for its context
+					return nil, &net.OpError{Op: "dial", Net: "tcp", Err: ctx.Err()}
+				}
+				client, server := net.Pipe()
+				t.Cleanup(func() { client.Close(); server.Close() })
+				return client, nil
+			}
+			type result struct {
+				c   net.Conn
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				c, err := redial(inner, waits, bounds)(ctx, "tcp", "etcd:2379")
+				done <- result{c, err}
+			}()
+			var got result
+			for {
+				err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
+					func(context.Context) (bool, error) {
+						return len(done) == 1 || bounds.HasWaiters() || waits.HasWaiters(), nil
+					})
+				if err != nil {
+					t.Fatalf("redial neither returned, dialed nor waited; %d dials", dials.Load())
+				}
+				if len(done) == 1 {
+					got = <-done
+					break
+				}
+				if bounds.HasWaiters() {
+					bounds.Step(dialAttempt)
+				} else {
+					waits.Step(1200 * time.Millisecond)
+				}
+			}
+			if int(dials.Load()) != tc.dials {
+				t.Errorf("dials = %d, want %d", dials.Load(), tc.dials)
+			}
+			if (got.err == nil) != tc.ok || (got.c != nil) != tc.ok {
+				t.Errorf("conn %v, err %v; want a connection: %v", got.c, got.err, tc.ok)
 			}
 		})
 	}

@@ -322,7 +322,7 @@ func (s *Source) replay(ctx context.Context, from, to uint64, fillable func() bo
 				return err
 			}
 		}
-		e := &fanout.Event{Key: ch.Key, Rev: ch.Rev, Cur: o, Prev: prev, Seen: now}
+		e := &fanout.Event{Key: eventKey(ch, o), Rev: ch.Rev, Cur: o, Prev: prev, Seen: now}
 		switch {
 		case ch.Deleted:
 			e.Type = watch.Deleted

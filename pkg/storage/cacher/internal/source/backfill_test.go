@@ -42,9 +42,11 @@ func TestBackfillSharesHeldObjects(t *testing.T) {
 	var got []string
 	for _, e := range events {
 		held, _ := h.cache.Get(e.Key)
-		got = append(got, fmt.Sprintf("%s %s@%d shared=%v", e.Type, e.Key, e.Rev, e.Cur == held))
+		// The event's key is its object's string, not a copy of it.
+		got = append(got, fmt.Sprintf("%s %s@%d shared=%v key=%v", e.Type, e.Key, e.Rev, e.Cur == held, sameString(e.Key, e.Cur.Key)))
 	}
-	want := []string{"ADDED /pods/ns/a@2 shared=true", "ADDED /pods/ns/b@3 shared=false", "MODIFIED /pods/ns/b@4 shared=true"}
+	want := []string{"ADDED /pods/ns/a@2 shared=true key=true", "ADDED /pods/ns/b@3 shared=false key=true",
+		"MODIFIED /pods/ns/b@4 shared=true key=true"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("backfilled %q, want %q", got, want)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -426,4 +427,10 @@ func (h *harness) waitState(t *testing.T, s State) {
 // pod is pod name in namespace ns at resourceVersion rv.
 func pod(name string, rv uint64) *example.Pod {
 	return &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: strconv.FormatUint(rv, 10)}}
+}
+
+// sameString tells whether a and b are the same bytes in memory, not only
+// equal.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && unsafe.StringData(a) == unsafe.StringData(b)
 }

@@ -38,6 +38,13 @@ func TestRunFollowsEtcd(t *testing.T) {
 	if n := h.n.get("replayed"); n != 1 {
 		t.Errorf("%d events dropped as repeats, want 1", n)
 	}
+	h.cache.mu.Lock()
+	for _, e := range h.cache.events {
+		if !sameString(e.Key, e.Cur.Key) {
+			t.Errorf("%s: the event's key is a copy of its object's, which the history would hold twice", e.Key)
+		}
+	}
+	h.cache.mu.Unlock()
 
 	first.w.stop()
 	second := h.nextWatch(t)

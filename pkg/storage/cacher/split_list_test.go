@@ -2,6 +2,7 @@ package cacher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	goruntime "runtime"
 	"slices"
@@ -246,8 +247,9 @@ func (r failingRanges) ReadRange(ctx context.Context, rev int64, from, to string
 // TestListPageRetried restarts a cache over pods in pages of 3, with one
 // page after the first failing once: a failure of etcd or of the way to it
 // (a member restarting mid-stream) reads that page again at the list's
-// revision, and keeps the others; a compacted revision, which no read at it
-// can get past, reads the whole list again at a new one. Either way the
+// revision, and keeps the others; a compacted revision, or an error not
+// etcd's, which no read at the revision can get past, reads the whole list
+// again at a new one. Either way the
 // cache holds exactly etcd's state.
 func TestListPageRetried(t *testing.T) {
 	unavailable := grpcstatus.Error(grpccodes.Unavailable, "error reading from server: EOF")
@@ -261,6 +263,9 @@ func TestListPageRetried(t *testing.T) {
 	}{
 		{name: "a range, etcd unavailable", keyReader: true, err: unavailable, lists: 1, retried: 1},
 		{name: "a range, compacted", keyReader: true, err: apierrors.NewResourceExpired("compacted"), lists: 2},
+		// Not etcd's, as a value the transformer cannot read with a key
+		// that is gone: another read at the revision would meet it again.
+		{name: "a range, not etcd's", keyReader: true, err: errors.New("reading a stored value: no such key"), lists: 2},
 		{name: "pages one after another, etcd unavailable", err: unavailable, lists: 1, retried: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

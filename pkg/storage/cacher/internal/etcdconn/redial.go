@@ -20,10 +20,14 @@ import (
 // pacing we do not set.
 var redialBackoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 1.6, Jitter: 0.2, Cap: time.Second, Steps: 1 << 30}
 
-// dialAttempt bounds one dial of Redial's. A dial that reaches its host is
-// answered within a round trip, which this leaves room for many times
-// over; the kernel sends its SYN again 1 s after the first, so that a dial
-// within the bound tries twice.
+// dialAttempt bounds the first dial of Redial's, and doubles for each
+// dial that runs out of it within one of gRPC's connection attempts. A
+// dial that reaches its host is answered within a round trip, which this
+// leaves room for many times over; the kernel sends its SYN again 1 s
+// after the first, so that a dial within the bound tries twice. Doubling
+// lets a dial that needs longer (a name server that does not answer, with
+// Go's resolver trying the next after 5 s; an address after one that does
+// not answer) through within twice its time.
 const dialAttempt = 2 * time.Second
 
 // Redial returns a dialer that dials again, about a second apart at most
@@ -44,8 +48,8 @@ const dialAttempt = 2 * time.Second
 //
 // A member whose host is down drops the dial's packets, and a dial to it
 // waits for ctx, gRPC's connect timeout of 20 s, however soon the host is
-// back: each dial is bounded by dialAttempt, and one that runs out is
-// made again as after a refusal. Errors other than a refusal, and ctx's
+// back: each dial is bounded, from dialAttempt on, and one that runs out
+// is made again as after a refusal. Errors other than a refusal, and ctx's
 // end, return at once; so does a refusal an egress dialer reports as
 // anything but syscall.ECONNREFUSED (a konnectivity tunnel's, for one),
 // which keeps gRPC's pace.
@@ -69,14 +73,23 @@ func redial(dial utilnet.DialFunc, clk, bounds clock.WithTicker) utilnet.DialFun
 		dial = (&net.Dialer{}).DialContext
 	}
 	if clk == nil {
-		clk, bounds = clock.RealClock{}, clock.RealClock{}
+		clk = clock.RealClock{}
+	}
+	if bounds == nil {
+		bounds = clk
 	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		backoff := redialBackoff
+		bound := dialAttempt
 		for {
-			c, ranOut, err := dialBounded(ctx, dial, bounds, network, addr)
+			c, ranOut, err := dialBounded(ctx, dial, bounds, bound, network, addr)
 			if err == nil || ctx.Err() != nil || !ranOut && !errors.Is(err, syscall.ECONNREFUSED) {
 				return c, err
+			}
+			if ranOut {
+				// A dial that needs longer (a slow name server, an
+				// address after one that does not answer) gets it.
+				bound *= 2
 			}
 			t := clk.NewTimer(backoff.Step())
 			select {
@@ -89,12 +102,12 @@ func redial(dial utilnet.DialFunc, clk, bounds clock.WithTicker) utilnet.DialFun
 	}
 }
 
-// dialBounded dials addr for dialAttempt at most, and tells whether the
-// dial ran out of it.
-func dialBounded(ctx context.Context, dial utilnet.DialFunc, clk clock.WithTicker, network, addr string) (net.Conn, bool, error) {
+// dialBounded dials addr for bound at most, and tells whether the dial
+// ran out of it.
+func dialBounded(ctx context.Context, dial utilnet.DialFunc, clk clock.WithTicker, bound time.Duration, network, addr string) (net.Conn, bool, error) {
 	attempt, cancel := context.WithCancel(ctx)
 	defer cancel()
-	t := clk.NewTimer(dialAttempt)
+	t := clk.NewTimer(bound)
 	defer t.Stop()
 	var ranOut atomic.Bool
 	go func() {

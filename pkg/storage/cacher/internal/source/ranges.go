@@ -93,21 +93,28 @@ func (r *EtcdRanges) ReadRange(ctx context.Context, rev int64, from, to string, 
 	if to != "" {
 		end = r.prefix.etcdKey(to)
 	}
+	var fnErr error
 	streamed, err := streamRange(ctx, r.cfg.Client, r.prefix.etcdKey(from), end, rev, false, r.pageSize, func(kvs []*mvccpb.KeyValue) error {
 		read += len(kvs)
 		for _, kv := range kvs {
 			read := func() (runtime.Object, error) { return r.values.read(ctx, kv.Key, kv.Value, uint64(kv.ModRevision)) }
-			if err := fn(r.prefix.cacheKey(kv.Key), kv.ModRevision, read); err != nil {
-				return err
+			if fnErr = fn(r.prefix.cacheKey(kv.Key), kv.ModRevision, read); fnErr != nil {
+				return fnErr
 			}
 		}
 		return nil
 	})
 	verb := "listStream"
 	if !streamed {
-		verb = "list"
+		verb = "list" // the pages' requests, as one
 	}
-	metrics.RecordEtcdRequest(verb, r.cfg.GroupResource, err, start)
+	// An object that does not decode, or a read the cache ended, is no
+	// failure of etcd's.
+	etcdErr := err
+	if fnErr != nil || ctx.Err() != nil {
+		etcdErr = nil
+	}
+	metrics.RecordEtcdRequest(verb, r.cfg.GroupResource, etcdErr, start)
 	metrics.RecordStorageListMetrics(r.cfg.GroupResource, "", read, read, read)
 	metrics.RecordListLatency(r.cfg.GroupResource, streamed, start)
 	if err != nil {
@@ -212,10 +219,13 @@ func streamRangeRaw(ctx context.Context, client *clientv3.Client, from, end stri
 	if !ended {
 		// As the etcd3 store's streamed list: a stream cut short by
 		// something between us and etcd is not the whole range.
-		return true, fmt.Errorf("etcd's stream of [%q, %q) at revision %d ended before its last chunk", from, end, rev)
+		return true, fmt.Errorf("%w: [%q, %q) at revision %d", errStreamCut, from, end, rev)
 	}
 	return true, nil
 }
+
+// errStreamCut is a range stream that ended before its last chunk.
+var errStreamCut = errors.New("etcd's range stream ended before its last chunk")
 
 // readPages is streamRange's reading on an etcd without RangeStream, with
 // opts' limit as its pages' size.

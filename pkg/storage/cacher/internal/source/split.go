@@ -6,11 +6,16 @@ import (
 	"fmt"
 	goruntime "runtime"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"golang.org/x/sync/errgroup"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	grpccodes "google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
+
+	"github.com/cached-apiserver/cached-apiserver/internal/inject"
 
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
@@ -87,6 +92,11 @@ func (s *Source) listSplit(ctx context.Context, opts storage.ListOptions, rev ui
 	g.SetLimit(cpus)
 	for _, p := range pages {
 		g.Go(func() error {
+			// A page queued behind the limit after another failed reads
+			// nothing: the list has failed.
+			if err := gctx.Err(); err != nil {
+				return err
+			}
 			page := opts
 			page.Predicate.Limit = int64(p[1] - p[0])
 			if s.cfg.Ranges == nil {
@@ -163,19 +173,26 @@ func (s *Source) readRange(ctx context.Context, rev uint64, keys []keyRev, p [2]
 	return objs, nil
 }
 
+// pageRetries bounds how many times retryPage reads a page again: with
+// its waits, about 16 s, a member's restart or an election. A failure
+// that outlasts it fails the list, which Run reads again whole at a new
+// revision.
+const pageRetries = 8
+
 // retryPage calls read, which reads the page of a list named by page,
-// until it succeeds or fails in a way another read at the list's
-// revision cannot get past: etcd compacted the revision, an object does
-// not decode, or ctx ended. Between reads it waits as Run does between
-// lists. Any other failure is etcd's or the way to it (a member restarting
-// mid-stream, a stream cut short, no leader for a while), and passes: the
-// pages already read are kept. Without it, one such failure read the whole
-// list again, at a million objects tens of seconds of a start.
+// until it succeeds, up to pageRetries times again while it fails as etcd
+// or the way to it fails and then passes (passes): a member restarting
+// mid-stream, a stream cut short, no leader for a while. Between reads it
+// waits as Run does between lists, jittered, since every page a restart
+// cut retries at once. The pages already read are kept: without it, one
+// such failure read the whole list again, at a million objects 11-15 s of
+// a start. Any other failure (a compacted revision, an object that does
+// not decode or decrypt, ctx's end) fails the list at once, as before.
 func (s *Source) retryPage(ctx context.Context, page string, read func() error) error {
 	delay := minRetryDelay
-	for {
+	for try := 0; ; try++ {
 		err := read()
-		if err == nil || ctx.Err() != nil || errors.Is(err, errUnreadable) || apierrors.IsResourceExpired(err) {
+		if err == nil || try == pageRetries || ctx.Err() != nil || !passes(err) {
 			return err
 		}
 		s.cfg.Metrics.PageRetried.Inc()
@@ -184,8 +201,23 @@ func (s *Source) retryPage(ctx context.Context, page string, read func() error) 
 		select {
 		case <-ctx.Done():
 			return err
-		case <-s.cfg.Clock.After(delay):
+		case <-s.cfg.Clock.After(wait.Jitter(delay, 0.2)):
 		}
 		delay = min(2*delay, maxRetryDelay)
 	}
+}
+
+// passes tells whether err is etcd's, or the connection's to it, of a
+// kind that passes: another read at the same revision may succeed.
+func passes(err error) bool {
+	if errors.Is(err, errStreamCut) || errors.Is(err, rpctypes.ErrNoLeader) || errors.Is(err, rpctypes.ErrLeaderChanged) ||
+		errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) ||
+		errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost) || errors.Is(err, inject.ErrFailpoint) {
+		return true
+	}
+	switch grpcstatus.Code(err) {
+	case grpccodes.Unavailable, grpccodes.DeadlineExceeded:
+		return true
+	}
+	return false
 }

@@ -513,8 +513,9 @@ func counterSum(t *testing.T, name string, want map[string]string) float64 {
 // TestDirectReadsCounted: the cache's own reads of etcd, which go around
 // the etcd3 store, count in the store's metrics as the store's reads
 // would, so that the dashboards graphing them see the cache's share: each
-// page of a list read as a range is an etcd request (listStream), and each
-// event its watch receives an event received.
+// page of a list read as a range is an etcd request (listStream), so is
+// its read of the keys (listOnlyKeys), and each event its watch receives
+// is an event received.
 func TestDirectReadsCounted(t *testing.T) {
 	etcd3metrics.Register() // as the server registers it: a metric counts once registered
 	c := newTestCacher(t, withKeyReader(testingclock.NewFakeClock(time.Now()), time.Hour))
@@ -527,7 +528,10 @@ func TestDirectReadsCounted(t *testing.T) {
 	events := func() float64 {
 		return counterSum(t, "apiserver_storage_events_received_total", map[string]string{"resource": "pods"})
 	}
-	streamsBefore := streams()
+	keyReads := func() float64 {
+		return counterSum(t, "etcd_requests_total", map[string]string{"operation": "listOnlyKeys", "resource": "pods"})
+	}
+	streamsBefore, keyReadsBefore := streams(), keyReads()
 	pages := &pageLimits{}
 	restarted := restartCache(t, c, func(cfg *Config) {
 		pages.wrap(cfg)
@@ -539,6 +543,10 @@ func TestDirectReadsCounted(t *testing.T) {
 	pages.mu.Unlock()
 	if n := streams() - streamsBefore; ranges == 0 || n < float64(ranges) {
 		t.Errorf("etcd_requests_total counts %v listStream requests of pods, want at least the %d ranges read", n, ranges)
+	}
+	// The list read the keys, beside its first page, to know its pages.
+	if n := keyReads() - keyReadsBefore; n < 1 {
+		t.Errorf("etcd_requests_total counts %v listOnlyKeys requests of pods, want the list's read of its keys", n)
 	}
 	eventsBefore := events()
 	pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Name: "new", Namespace: "ns"}}

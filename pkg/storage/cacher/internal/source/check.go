@@ -104,7 +104,7 @@ func (s *Source) compareWithEtcd(ctx context.Context) CheckResult {
 	r := CheckResult{RV: snap.RV}
 	i := 0
 	var err error
-	r.Bytes, err = s.cfg.Keys.ReadKeys(ctx, int64(snap.RV), func(key string, modRev int64) {
+	r.Bytes, err = s.readKeys(ctx, int64(snap.RV), func(key string, modRev int64) {
 		if r.Diff != "" {
 			return
 		}

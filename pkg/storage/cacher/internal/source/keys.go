@@ -4,10 +4,15 @@ import (
 	"context"
 	"path"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/apiserver/pkg/audit"
+	"k8s.io/apiserver/pkg/storage/etcd3/metrics"
+	"k8s.io/component-base/tracing"
 )
 
 // KeyReader reads what etcd holds for the resource at a revision: keys and
@@ -86,4 +91,25 @@ func (r *EtcdKeyReader) ReadKeys(ctx context.Context, rev int64, fn func(key str
 			return nil
 		})
 	return bytes, err
+}
+
+// readKeys reads the keys with Config.Keys, and reports the read to the
+// etcd3 store's metrics and traces as the store reports its reads of keys
+// only (listOnlyKeys), whatever KeyReader it is: every one reads etcd.
+// A read the cache ended is no failure of etcd's.
+func (s *Source) readKeys(ctx context.Context, rev int64, fn func(key string, modRev int64)) (int64, error) {
+	ctx, span := tracing.Start(ctx, "List(recursive=true, keysOnly=true) etcd3", attribute.String("audit-id", audit.GetAuditIDTruncated(ctx)),
+		attribute.String("key", s.cfg.ResourcePrefix), attribute.Int64("resourceVersion", rev))
+	defer span.End(500 * time.Millisecond)
+	start := time.Now()
+	n, err := s.cfg.Keys.ReadKeys(ctx, rev, fn)
+	etcdErr := err
+	if ctx.Err() != nil {
+		etcdErr = nil
+	}
+	metrics.RecordEtcdRequest("listOnlyKeys", s.cfg.GroupResource, etcdErr, start)
+	if err != nil {
+		span.AddEvent("List call failed", attribute.String("err", err.Error()))
+	}
+	return n, err
 }

@@ -74,7 +74,7 @@ func (s *Source) listAt(ctx context.Context, rev uint64, share bool) ([]*object.
 	read := make(chan struct{})
 	go func() {
 		defer close(read)
-		_, keysErr = s.cfg.Keys.ReadKeys(keysCtx, int64(rev), func(key string, modRev int64) { keys = append(keys, keyRev{key, modRev}) })
+		_, keysErr = s.readKeys(keysCtx, int64(rev), func(key string, modRev int64) { keys = append(keys, keyRev{key, modRev}) })
 	}()
 	page, _, next, err := s.listPage(ctx, opts, share)
 	if err != nil || next == "" {

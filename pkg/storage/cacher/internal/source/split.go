@@ -16,7 +16,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/cached-apiserver/cached-apiserver/internal/inject"
-
 	"github.com/cached-apiserver/cached-apiserver/pkg/storage/cacher/internal/object"
 )
 

@@ -145,18 +145,7 @@ func TestListSplit(t *testing.T) {
 		{name: "pages one after another", pods: 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var opts []setupOption
-			if tc.keyReader {
-				opts = append(opts, withKeyReader(testingclock.NewFakeClock(time.Now()), time.Hour))
-			}
-			c := newTestCacher(t, opts...)
-			ctx := context.Background()
-			for i := range tc.pods {
-				pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("ns%d", i%2), Name: fmt.Sprintf("p%02d", i)}}
-				if err := c.Create(ctx, fmt.Sprintf("/pods/%s/%s", pod.Namespace, pod.Name), pod, &example.Pod{}, 0); err != nil {
-					t.Fatal(err)
-				}
-			}
+			c := cacherWithPods(t, tc.keyReader, tc.pods)
 			var keys *countingKeys
 			pages := &pageLimits{}
 			restarted := restartCache(t, c, func(cfg *Config) {
@@ -184,22 +173,48 @@ func TestListSplit(t *testing.T) {
 				t.Errorf("pages after the first of %v objects, want %d at most", pages.limits, most)
 			}
 			pages.mu.Unlock()
-			got, want := &example.PodList{}, &example.PodList{}
-			if err := restarted.GetList(ctx, "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything}, got); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.cfg.Storage.GetList(ctx, "/pods/", storage.ListOptions{Recursive: true, Predicate: storage.Everything}, want); err != nil {
-				t.Fatal(err)
-			}
-			if got.ResourceVersion != want.ResourceVersion || len(got.Items) != len(want.Items) {
-				t.Fatalf("the cache holds %d pods at %s, etcd %d at %s", len(got.Items), got.ResourceVersion, len(want.Items), want.ResourceVersion)
-			}
-			for i := range want.Items {
-				if g, w := got.Items[i], want.Items[i]; g.Namespace != w.Namespace || g.Name != w.Name || g.ResourceVersion != w.ResourceVersion {
-					t.Errorf("pod %d: cache %s/%s@%s, etcd %s/%s@%s", i, g.Namespace, g.Name, g.ResourceVersion, w.Namespace, w.Name, w.ResourceVersion)
-				}
-			}
+			holdsEtcdsPods(t, restarted, c.cfg.Storage)
 		})
+	}
+}
+
+// cacherWithPods returns a cache, with a KeyReader if keyReader, over n
+// pods created through it in two namespaces.
+func cacherWithPods(t *testing.T, keyReader bool, n int) *testCacher {
+	t.Helper()
+	var opts []setupOption
+	if keyReader {
+		opts = append(opts, withKeyReader(testingclock.NewFakeClock(time.Now()), time.Hour))
+	}
+	c := newTestCacher(t, opts...)
+	for i := range n {
+		pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("ns%d", i%2), Name: fmt.Sprintf("p%02d", i)}}
+		if err := c.Create(context.Background(), fmt.Sprintf("/pods/%s/%s", pod.Namespace, pod.Name), pod, &example.Pod{}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// holdsEtcdsPods checks that c holds exactly the pods etcd holds, read
+// through store, in key order, at etcd's revision.
+func holdsEtcdsPods(t *testing.T, c *Cacher, store storage.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	got, want := &example.PodList{}, &example.PodList{}
+	if err := c.GetList(ctx, "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything}, got); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.GetList(ctx, "/pods/", storage.ListOptions{Recursive: true, Predicate: storage.Everything}, want); err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != want.ResourceVersion || len(got.Items) != len(want.Items) {
+		t.Fatalf("the cache holds %d pods at %s, etcd %d at %s", len(got.Items), got.ResourceVersion, len(want.Items), want.ResourceVersion)
+	}
+	for i := range want.Items {
+		if g, w := got.Items[i], want.Items[i]; g.Namespace != w.Namespace || g.Name != w.Name || g.ResourceVersion != w.ResourceVersion {
+			t.Errorf("pod %d: cache %s/%s@%s, etcd %s/%s@%s", i, g.Namespace, g.Name, g.ResourceVersion, w.Namespace, w.Name, w.ResourceVersion)
+		}
 	}
 }
 
@@ -269,18 +284,7 @@ func TestListPageRetried(t *testing.T) {
 		{name: "pages one after another, etcd unavailable", err: unavailable, lists: 1, retried: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var opts []setupOption
-			if tc.keyReader {
-				opts = append(opts, withKeyReader(testingclock.NewFakeClock(time.Now()), time.Hour))
-			}
-			c := newTestCacher(t, opts...)
-			ctx := context.Background()
-			for i := range 10 {
-				pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("p%02d", i)}}
-				if err := c.Create(ctx, "/pods/ns/"+pod.Name, pod, &example.Pod{}, 0); err != nil {
-					t.Fatal(err)
-				}
-			}
+			c := cacherWithPods(t, tc.keyReader, 10)
 			retried := pageRetriesCounter.WithLabelValues("", "pods")
 			before, _ := testutil.GetCounterMetricValue(retried)
 			pages := &failingPage{err: tc.err}
@@ -296,21 +300,7 @@ func TestListPageRetried(t *testing.T) {
 			if n, _ := testutil.GetCounterMetricValue(retried); n-before != tc.retried {
 				t.Errorf("%v pages read again, want %v", n-before, tc.retried)
 			}
-			got, want := &example.PodList{}, &example.PodList{}
-			if err := restarted.GetList(ctx, "/pods/", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything}, got); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.cfg.Storage.GetList(ctx, "/pods/", storage.ListOptions{Recursive: true, Predicate: storage.Everything}, want); err != nil {
-				t.Fatal(err)
-			}
-			if got.ResourceVersion != want.ResourceVersion || len(got.Items) != len(want.Items) {
-				t.Fatalf("the cache holds %d pods at %s, etcd %d at %s", len(got.Items), got.ResourceVersion, len(want.Items), want.ResourceVersion)
-			}
-			for i := range want.Items {
-				if g, w := got.Items[i], want.Items[i]; g.Name != w.Name || g.ResourceVersion != w.ResourceVersion {
-					t.Errorf("pod %d: cache %s@%s, etcd %s@%s", i, g.Name, g.ResourceVersion, w.Name, w.ResourceVersion)
-				}
-			}
+			holdsEtcdsPods(t, restarted, c.cfg.Storage)
 		})
 	}
 }

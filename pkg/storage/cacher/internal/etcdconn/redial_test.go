@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -51,28 +53,18 @@ func TestRedial(t *testing.T) {
 				if n <= len(tc.errs) {
 					return nil, tc.errs[n-1]
 				}
-				client, server := net.Pipe()
-				t.Cleanup(func() { client.Close(); server.Close() })
-				return client, nil
+				return pipe(t), nil
 			}
-			type result struct {
-				c   net.Conn
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				// The dials' bounds on a clock of their own: each dial
-				// answers at once, and a step of the waits' clock while one
-				// lasts would be counted as a wait.
-				c, err := redial(inner, clk, testingclock.NewFakeClock(time.Unix(1000, 0)))(ctx, "tcp", "etcd:2379")
-				done <- result{c, err}
-			}()
+			// The dials' bounds on a clock of their own: each dial answers
+			// at once, and a step of the waits' clock while one lasts
+			// would be counted as a wait.
+			done := startRedial(ctx, inner, clk, testingclock.NewFakeClock(time.Unix(1000, 0)))
 			// Each refused dial is followed by one wait on the clock, of a
 			// second and its jitter (20%) at most: a step of 1.2 s ends it
 			// and the next dial follows. A longer wait takes more steps
 			// than dials.
 			steps := 0
-			var got result
+			var got redialResult
 			for {
 				err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
 					func(context.Context) (bool, error) { return len(done) == 1 || clk.HasWaiters(), nil })
@@ -131,20 +123,10 @@ func TestRedialUnanswered(t *testing.T) {
 					<-ctx.Done() // no answer: the dial waits for its context
 					return nil, &net.OpError{Op: "dial", Net: "tcp", Err: ctx.Err()}
 				}
-				client, server := net.Pipe()
-				t.Cleanup(func() { client.Close(); server.Close() })
-				return client, nil
+				return pipe(t), nil
 			}
-			type result struct {
-				c   net.Conn
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				c, err := redial(inner, waits, bounds)(ctx, "tcp", "etcd:2379")
-				done <- result{c, err}
-			}()
-			var got result
+			done := startRedial(ctx, inner, waits, bounds)
+			var got redialResult
 			for {
 				err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true,
 					func(context.Context) (bool, error) {
@@ -171,6 +153,32 @@ func TestRedialUnanswered(t *testing.T) {
 			}
 		})
 	}
+}
+
+// redialResult is what a dial of redial's returned.
+type redialResult struct {
+	c   net.Conn
+	err error
+}
+
+// startRedial dials through redial, with its waits on clk and its dials'
+// bounds on bounds, on a goroutine of its own, and returns where the
+// result arrives.
+func startRedial(ctx context.Context, dial utilnet.DialFunc, clk, bounds clock.WithTicker) <-chan redialResult {
+	done := make(chan redialResult, 1)
+	go func() {
+		c, err := redial(dial, clk, bounds)(ctx, "tcp", "etcd:2379")
+		done <- redialResult{c, err}
+	}()
+	return done
+}
+
+// pipe returns a connection that needs no network, closed when the test
+// ends.
+func pipe(t *testing.T) net.Conn {
+	client, server := net.Pipe()
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client
 }
 
 func repeat(err error, n int) []error {

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/apis/example"
 	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
@@ -84,13 +85,17 @@ func newEtcdChangesFixture(t *testing.T) *etcdChangesFixture {
 // value is what the etcd3 store keeps for pod name: its JSON, transformed.
 func (f *etcdChangesFixture) stored(t *testing.T, name string) string {
 	t.Helper()
+	return f.storedPod(t, &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}})
+}
+
+// storedPod is pod as the etcd3 store writes it.
+func (f *etcdChangesFixture) storedPod(t *testing.T, pod *example.Pod) string {
+	t.Helper()
 	var buf bytes.Buffer
-	pod := &example.Pod{}
-	pod.Namespace, pod.Name = "ns", name
 	if err := objecttest.Codecs.LegacyCodec(examplev1.SchemeGroupVersion).Encode(pod, &buf); err != nil {
 		t.Fatal(err)
 	}
-	out, _ := prefixTransformer{}.TransformToStorage(context.Background(), buf.Bytes(), storagevalue.DefaultContext(etcdKey(name)))
+	out, _ := prefixTransformer{}.TransformToStorage(context.Background(), buf.Bytes(), storagevalue.DefaultContext(etcdKey(pod.Name)))
 	return string(out)
 }
 
@@ -255,14 +260,18 @@ func TestEtcdChangesChunksAndHeld(t *testing.T) {
 	f := newEtcdChangesFixture(t)
 	ctx := context.Background()
 	// 20 revisions of 120 puts (etcd's bound is 128 a transaction): 2,400
-	// changes, which etcd sends at once to a watch from before them.
+	// changes, which etcd sends at once to a watch from before them, in
+	// fragments of its request limit (1.5 MiB): each pod carries 1 KiB,
+	// 2.6 MB in all, which etcd's client joins again.
 	const perRev, revs = 120, 20
+	payload := strings.Repeat("x", 1024)
 	var first int64
 	for r := range revs {
 		var ops []clientv3.Op
 		for i := range perRev {
 			name := fmt.Sprintf("p%02d-%03d", r, i)
-			ops = append(ops, clientv3.OpPut(etcdKey(name), f.stored(t, name)))
+			pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, Annotations: map[string]string{"payload": payload}}}
+			ops = append(ops, clientv3.OpPut(etcdKey(name), f.storedPod(t, pod)))
 		}
 		resp, err := f.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {

@@ -271,6 +271,11 @@ func TestStorageDecoratorRedials(t *testing.T) {
 	if err := create("before", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// The cache's client reconnects for its etcd watch, which it opens once
+	// its first list is done: killed before that, on a loaded machine, only
+	// the store's client had anything to reconnect for (a clean clone's CI,
+	// 2026-11-30: 11 dials refused, all in one attempt).
+	waitReady(t, s.(*Cacher))
 	egress.kill()
 	// The store's client and the cache's each keep one attempt going.
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 8*time.Second, true,

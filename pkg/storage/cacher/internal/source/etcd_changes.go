@@ -68,10 +68,10 @@ const decodeChunk = 1000
 // joins again into the one response etcd made: the same events, in whole
 // revisions. Sent whole, a response catching up on history holds up to
 // 1,000 revisions of any size, and gRPC's codec reads each into one buffer
-// of its size, which gRPC's buffer pool then keeps: after a warm start over
-// a million objects written 128 to a revision, two such buffers of 230 MB
-// were still held after three collections, 460 B an object
-// (docs/benchmarks.md, "At a million").
+// of its size, from gRPC's buffer pool: during a warm start's replay over a
+// million objects written 128 to a revision, two such buffers of 230 MB
+// were in use, besides the responses decoded from them
+// (docs/benchmarks.md, "What s2 held at a million").
 //
 // It returns at once. etcd's client returns a watch only once etcd has
 // answered that it created it, and a member that takes the stream and never
